@@ -1,0 +1,101 @@
+"""Execute every lesson notebook and write the executed, rendered course to `build/`.
+
+    .venv/bin/python -m common.build              # every lesson
+    .venv/bin/python -m common.build 00_intro     # some lessons
+
+For each lesson it writes `build/<lesson>/<notebook>.ipynb` (with outputs, to open
+in Jupyter) and `.html` (to read in a browser), plus `build/index.html` linking the
+lessons in order. A notebook that fails is reported and the command exits non-zero
+once the others are built. Every cell has a time limit, as in CI.
+"""
+
+import argparse
+import html
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
+from nbconvert import HTMLExporter
+
+REPO = Path(__file__).resolve().parent.parent
+CELL_TIMEOUT_SECONDS = 240
+
+
+def lesson_notebooks(names: list[str]) -> list[Path]:
+    """The lesson notebooks, in course order: `NN_topic/NN_*.ipynb`."""
+    notebooks = sorted(REPO.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
+    if names:
+        unknown = set(names) - {nb.parent.name for nb in notebooks}
+        if unknown:
+            lessons = ", ".join(sorted({nb.parent.name for nb in notebooks}))
+            sys.exit(f"no lesson named {', '.join(sorted(unknown))}; the lessons are: {lessons}")
+        notebooks = [nb for nb in notebooks if nb.parent.name in names]
+    return notebooks
+
+
+def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
+    """Run one notebook in its own folder; write it, executed, as .ipynb and .html."""
+    nb = nbformat.read(notebook, as_version=4)
+    started = time.monotonic()
+    ok = True
+    try:
+        NotebookClient(
+            nb,
+            timeout=CELL_TIMEOUT_SECONDS,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(notebook.parent)}},
+        ).execute()
+    except (CellExecutionError, CellTimeoutError) as error:
+        ok = False
+        print(f"  FAILED: {str(error).strip().splitlines()[-1]}", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out_dir / notebook.name)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    (out_dir / notebook.with_suffix(".html").name).write_text(body, encoding="utf-8")
+    return ok, time.monotonic() - started
+
+
+def write_index(built: list[tuple[Path, bool, float]], build_dir: Path) -> None:
+    rows = "\n".join(
+        f'<li><a href="{nb.parent.name}/{nb.stem}.html">{html.escape(nb.stem)}</a>'
+        f" ({seconds:.0f} s{'' if ok else ', FAILED'})</li>"
+        for nb, ok, seconds in built
+    )
+    (build_dir / "index.html").write_text(
+        "<!doctype html>\n<html><head><meta charset='utf-8'>"
+        "<title>DDP, by running it</title></head>\n<body><h1>DDP, by running it</h1>\n"
+        f"<p>The executed course, lesson by lesson.</p>\n<ol>\n{rows}\n</ol>\n</body></html>\n",
+        encoding="utf-8",
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lessons", nargs="*", help="lesson folders to build (default: all)")
+    parser.add_argument("--out", type=Path, default=REPO / "build", help="where to write")
+    args = parser.parse_args()
+
+    built = []
+    for notebook in lesson_notebooks(args.lessons):
+        print(f"executing {notebook.relative_to(REPO)} ...", flush=True)
+        ok, seconds = execute(notebook, args.out / notebook.parent.name)
+        print(f"  {'ok' if ok else 'failed'} in {seconds:.0f} s", flush=True)
+        built.append((notebook, ok, seconds))
+    write_index(built, args.out)
+
+    failed = [nb.parent.name for nb, ok, _ in built if not ok]
+    print(f"\nThe executed course is in {args.out}/:")
+    print(f"  in a browser:  open {args.out / 'index.html'}")
+    print(f"  in Jupyter:    .venv/bin/jupyter lab {args.out}")
+    print("  to run the lessons yourself: .venv/bin/jupyter lab  (then open 00_intro/)")
+    if failed:
+        print(f"\n{len(failed)} lesson(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""Command-line parsing for the lesson scripts.
+
+Introduced in 00_intro; used by every lesson script that takes arguments.
+
+argparse answers bad input with a usage block and an error on two lines; ours says
+what is wrong and how to launch the script right on one line, and exits with
+status 2 like argparse does.
+"""
+
+import argparse
+import sys
+
+
+class LessonArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: what is wrong, and the command
+    that launches the script right (`launch_hint`)."""
+
+    def __init__(self, *args, launch_hint: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.launch_hint = launch_hint
+
+    def error(self, message: str):
+        sys.stderr.write(f"{self.prog}: {message}; launch it as: {self.launch_hint}\n")
+        sys.exit(2)

@@ -1,0 +1,86 @@
+"""Helpers every lesson script shares: which device and backend to use, where this
+process sits in the world, and printing that says which rank is talking.
+
+Introduced in 00_intro; used by every lesson script.
+
+Device-agnostic by design: CUDA + nccl where there is a GPU, else CPU + gloo. Set
+`DDP_DEVICE=cpu` (or `cuda`) to override the choice, for example to run the CPU
+version of a lesson on a GPU machine.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def device_type() -> str:
+    """'cuda' when a GPU is usable (or DDP_DEVICE says so), else 'cpu'."""
+    wanted = os.environ.get("DDP_DEVICE", "").strip().lower()
+    if wanted not in ("", "cpu", "cuda"):
+        sys.exit(f"DDP_DEVICE={wanted!r} is not a device: use DDP_DEVICE=cpu or DDP_DEVICE=cuda")
+    if wanted == "cuda" and not torch.cuda.is_available():
+        sys.exit("DDP_DEVICE=cuda but PyTorch sees no CUDA GPU: unset DDP_DEVICE to run on CPU")
+    if wanted:
+        return wanted
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def backend_for(device: str) -> str:
+    """nccl moves CUDA tensors between GPUs; gloo moves CPU tensors (and runs anywhere)."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def device_for(local_rank: int) -> torch.device:
+    """The device this process trains on. Each process on a machine owns one GPU,
+    chosen by its *local* rank; on CPU every process uses the CPU."""
+    if device_type() == "cuda":
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def torchrun_env(launch_hint: str) -> tuple[int, int, int]:
+    """(local_rank, global_rank, world_size) as torchrun sets them.
+
+    Started without torchrun, the script stops with one line telling how to start
+    it: `launch_hint` is the command to show, e.g.
+    "torchrun --standalone --nproc_per_node=2 hello_ddp.py".
+    """
+    missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
+    if missing:
+        script = Path(sys.argv[0]).name
+        sys.exit(
+            f"{script} must be started by torchrun (it sets {', '.join(missing)}); "
+            f"launch it as: {launch_hint}"
+        )
+    return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def current_rank() -> int:
+    """The global rank: from the process group once there is one, else from torchrun's
+    environment, else 0 (a single process)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", 0))
+
+
+def log(message: str) -> None:
+    """Print one line prefixed with this process's rank, e.g. `[rank1] epoch 3 ...`.
+
+    The line and its newline go out in one write and are flushed at once, so lines
+    from several processes sharing a terminal never interleave mid-line.
+    """
+    sys.stdout.write(f"[rank{current_rank()}] {message}\n")
+    sys.stdout.flush()
+
+
+def log0(message: str) -> None:
+    """Print on rank 0 only: for facts that are the same on every rank (a loss already
+    averaged over ranks, the config), which would otherwise be printed N times."""
+    if current_rank() == 0:
+        log(message)

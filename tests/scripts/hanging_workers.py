@@ -1,0 +1,10 @@
+"""A torchrun job that never ends: each worker reports its pid, then waits forever.
+
+torchrun --standalone --nproc_per_node=2 hanging_workers.py
+"""
+
+import os
+import threading
+
+print(f"worker pid {os.getpid()}", flush=True)
+threading.Event().wait()

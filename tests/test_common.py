@@ -1,0 +1,145 @@
+"""The helpers every lesson script shares: device choice, the torchrun check,
+rank-prefixed logging, one-line argument errors, the dataset, and showing source."""
+
+import io
+
+import pytest
+import torch
+from conftest import REPO
+
+from common import distributed
+from common.cli import LessonArgumentParser
+from common.data import SyntheticRegression
+from common.models import regression_model
+from common.source import definition_text, diff_text
+
+TORCHRUN_ENV = {
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29999",
+}
+
+
+def test_device_follows_hardware_and_override(monkeypatch):
+    monkeypatch.delenv("DDP_DEVICE", raising=False)
+    assert distributed.device_type() == ("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setenv("DDP_DEVICE", "cpu")
+    assert distributed.device_type() == "cpu"
+    assert distributed.device_for(local_rank=1) == torch.device("cpu")
+    assert distributed.backend_for("cpu") == "gloo"
+    assert distributed.backend_for("cuda") == "nccl"
+
+
+def test_bad_device_override_is_one_clear_line(monkeypatch):
+    monkeypatch.setenv("DDP_DEVICE", "tpu")
+    with pytest.raises(SystemExit, match="use DDP_DEVICE=cpu or DDP_DEVICE=cuda"):
+        distributed.device_type()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a CPU-only machine")
+def test_asking_for_cuda_without_a_gpu_is_one_clear_line(monkeypatch):
+    monkeypatch.setenv("DDP_DEVICE", "cuda")
+    with pytest.raises(SystemExit, match="PyTorch sees no CUDA GPU"):
+        distributed.device_type()
+
+
+def test_torchrun_env_reads_what_torchrun_sets(monkeypatch):
+    for name, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    assert distributed.torchrun_env("torchrun x.py") == (1, 3, 4)
+
+
+def test_without_torchrun_the_script_says_how_to_launch_it(monkeypatch):
+    for name in TORCHRUN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as stop:
+        distributed.torchrun_env("torchrun --standalone --nproc_per_node=2 x.py")
+    message = str(stop.value.code)
+    assert "\n" not in message
+    assert message.endswith("launch it as: torchrun --standalone --nproc_per_node=2 x.py")
+    assert "RANK" in message
+
+
+class CountingStdout(io.StringIO):
+    def __init__(self):
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text):
+        self.writes += 1
+        return super().write(text)
+
+
+def test_log_is_one_write_per_line_prefixed_with_the_rank(monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    out = CountingStdout()
+    monkeypatch.setattr("sys.stdout", out)
+    distributed.log("epoch 1 | loss 0.5")
+    distributed.log0("only rank 0 says this")
+    assert out.getvalue() == "[rank2] epoch 1 | loss 0.5\n"
+    assert out.writes == 1  # line and newline together: no interleaving mid-line
+
+
+def test_log0_speaks_on_rank_0(monkeypatch, capsys):
+    monkeypatch.setenv("RANK", "0")
+    distributed.log0("the loss, averaged over ranks")
+    assert capsys.readouterr().out == "[rank0] the loss, averaged over ranks\n"
+
+
+def test_argument_errors_are_one_line_with_the_launch_command(capsys):
+    parser = LessonArgumentParser(prog="train.py", launch_hint="torchrun train.py 20 5")
+    parser.add_argument("total_epochs", type=int)
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(["twenty"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("train.py: argument total_epochs: invalid int value: 'twenty'")
+    assert err.rstrip().endswith("launch it as: torchrun train.py 20 5")
+
+
+def test_dataset_is_the_same_everywhere_and_depends_on_the_seed():
+    first, again, other = (
+        SyntheticRegression(64, seed=0),
+        SyntheticRegression(64),
+        SyntheticRegression(64, seed=1),
+    )
+    torch.manual_seed(123)  # the global random state must not matter
+    assert torch.equal(first.inputs, again.inputs) and torch.equal(first.targets, again.targets)
+    assert not torch.equal(first.inputs, other.inputs)
+    x, y = first[5]
+    assert x.shape == (20,) and y.shape == (1,)
+
+
+def test_the_model_learns_the_dataset():
+    data = SyntheticRegression(2048)
+    model = regression_model(seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(200):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(data.inputs), data.targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[0] > 5  # it starts far off
+    assert losses[-1] < 0.02  # and ends at the noise floor (0.1 ** 2)
+
+
+def test_model_start_is_seeded():
+    a, b, c = regression_model(0), regression_model(0), regression_model(1)
+    assert torch.equal(a.weight, b.weight) and not torch.equal(a.weight, c.weight)
+
+
+def test_source_reads_definitions_and_diffs(tmp_path):
+    old = tmp_path / "old.py"
+    new = tmp_path / "new.py"
+    old.write_text("def f():\n    return 1\n")
+    new.write_text("class K:\n    @staticmethod\n    def f():\n        return 2\n")
+    assert definition_text(new, "K.f") == "    @staticmethod\n    def f():\n        return 2"
+    assert "-    return 1" in diff_text(old, new) and "+        return 2" in diff_text(old, new)
+    with pytest.raises(LookupError, match="no function or class named 'g'"):
+        definition_text(old, "g")
+    assert "def main" in definition_text(REPO / "00_intro" / "hello_torchrun.py", "main")

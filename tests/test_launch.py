@@ -1,0 +1,99 @@
+"""The launch helper: a notebook cell must fail when its command fails, a hang must be
+killed at its time limit, and nothing the command started may outlive it."""
+
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+from conftest import PYTHON, REPO, SCRIPTS, is_gone, pids_in
+
+from common.launch import CommandFailed, CommandTimedOut, resolve, run
+
+
+def test_streams_output_and_returns_it(capsys):
+    output = run("python -c \"print('first'); print('second')\"")
+    assert output == "first\nsecond\n"
+    shown = capsys.readouterr().out
+    # The command as typed, then its output as it came.
+    assert shown == "$ python -c \"print('first'); print('second')\"\nfirst\nsecond\n"
+
+
+def test_python_and_torchrun_come_from_the_kernels_environment():
+    # The same environment (a venv's prefix), whichever `python` comes first on PATH.
+    assert run("python -c 'import sys; print(sys.prefix)'", quiet=True).strip() == sys.prefix
+    # torchrun runs as `python -m torch.distributed.run` of this very interpreter.
+    assert resolve(["torchrun", "--standalone", "job.py"]) == [
+        PYTHON,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "job.py",
+    ]
+
+
+def test_non_zero_exit_raises_with_status_and_output():
+    with pytest.raises(CommandFailed, match="exited with status 3") as failure:
+        run("python -c \"print('partial'); raise SystemExit(3)\"", quiet=True)
+    assert failure.value.output == "partial\n"
+
+
+def test_expected_failure_must_fail():
+    output = run("python -c \"raise SystemExit('boom')\"", expect_failure=True, quiet=True)
+    assert output.strip() == "boom"
+    with pytest.raises(CommandFailed, match="expected to fail"):
+        run("python -c 'pass'", expect_failure=True, quiet=True)
+
+
+def test_port_placeholder_becomes_a_free_port():
+    port = int(run("python -c 'import sys; print(sys.argv[1])' {port}", quiet=True))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))  # raises if the port were taken
+
+
+def test_torchrun_workers_are_killed_at_the_time_limit():
+    script = SCRIPTS / "hanging_workers.py"
+    with pytest.raises(CommandTimedOut, match="time limit of 20 s") as timeout:
+        run(f"torchrun --standalone --nproc_per_node=2 {script}", timeout=20, quiet=True)
+    worker_pids = pids_in(timeout.value.output)
+    assert len(worker_pids) == 2, timeout.value.output
+    assert all(is_gone(pid) for pid in worker_pids)
+
+
+def test_a_hang_in_a_new_session_is_killed_at_the_time_limit():
+    with pytest.raises(CommandTimedOut) as timeout:
+        run(f"python {SCRIPTS / 'orphan_maker.py'} hang", timeout=5, quiet=True)
+    pids = pids_in(timeout.value.output)
+    assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
+
+
+def test_orphans_left_by_a_finished_command_are_killed():
+    # The child holds the output pipe open after its parent exits: without the
+    # clean-up, run() would wait for it until the time limit.
+    output = run(f"python {SCRIPTS / 'orphan_maker.py'} exit", timeout=60, quiet=True)
+    pids = pids_in(output)
+    assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
+
+
+def test_interrupt_kills_the_workers_and_reraises():
+    """The notebook's stop button sends SIGINT to the kernel: run() must kill the
+    workers and let the KeyboardInterrupt through."""
+    script = SCRIPTS / "hanging_workers.py"
+    code = (
+        "from common.launch import run\n"
+        f"run('torchrun --standalone --nproc_per_node=2 {script}', timeout=300)\n"
+    )
+    kernel = subprocess.Popen(
+        [PYTHON, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
+    seen = []
+    for line in kernel.stdout:  # wait until both workers have reported
+        seen += pids_in(line)
+        if len(seen) == 2:
+            break
+    kernel.send_signal(signal.SIGINT)
+    _, stderr = kernel.communicate(timeout=60)
+    assert kernel.returncode != 0
+    assert stderr.strip().splitlines()[-1] == "KeyboardInterrupt"
+    assert all(is_gone(pid) for pid in seen)
