@@ -1,4 +1,4 @@
-"""Run a command from a notebook cell, the way a learner would type it in a terminal.
+"""Run commands from a notebook cell, the way a learner would type them in a terminal.
 
 Introduced in 00_intro; every lesson notebook launches its scripts with `run`.
 
@@ -14,26 +14,26 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
 - returns the captured output for later cells to parse;
 - runs `torchrun` and `python` from the same Python environment as the notebook's
   kernel, and replaces `{port}` in the command with a free TCP port.
+
+For commands that run side by side (two torchrun agents playing two nodes, an agent
+that joins a running job), `start` launches a command in the background and returns a
+`Command`: `wait_for` a line of its output, then `wait` for it to end. While any wait
+runs, the output of every running command is shown, each line prefixed by its label.
+If a wait fails, times out or is interrupted, every running command is killed.
 """
 
+import atexit
 import os
 import queue
+import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 
-import psutil
-
-# Seconds between SIGTERM (torchrun forwards it to its workers and cleans up) and
-# SIGKILL for whatever is still alive.
-GRACE_SECONDS = 5.0
-# Every process a command starts inherits this variable, with a value of its own.
-MARKER_VARIABLE = "COURSE_LAUNCH_ID"
+from common.processes import ProcessTree
 
 
 class CommandFailed(RuntimeError):
@@ -65,6 +65,165 @@ def resolve(argv: list[str]) -> list[str]:
     return argv
 
 
+# Commands started and not yet ended; every wait shows their output.
+_running: list["Command"] = []
+
+
+class Command:
+    """A command running in the background. Create it with `start`."""
+
+    def __init__(self, command, cwd=None, env=None, label=None, quiet=False):
+        if "{port}" in command:
+            command = command.replace("{port}", str(free_port()))
+        self.command, self.label, self.quiet = command, label, quiet
+        self.prefix = f"[{label}] " if label else ""
+        self.lines: list[str] = []
+        self.returncode: int | None = None
+        self._tree = ProcessTree()
+        if not quiet:
+            print(f"{self.prefix}$ {command}", flush=True)
+
+        argv = resolve(shlex.split(command))
+        child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        child_env.update(self._tree.environment())
+        if argv[1:3] == ["-m", "torch.distributed.run"]:
+            # torchrun sets this to 1 for every worker anyway, with a four-line warning
+            # each time; 00_intro explains the why once, so later lessons stay readable.
+            child_env.setdefault("OMP_NUM_THREADS", "1")
+        self._process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=child_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # one stream, in the order things happened
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # the stop button's SIGINT is ours to handle
+        )
+        self._pending: queue.Queue = queue.Queue()
+        self._ended = False
+        threading.Thread(target=self._read, daemon=True).start()
+        _running.append(self)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def _read(self) -> None:
+        for line in self._process.stdout:
+            self._pending.put(line)
+        self._pending.put(None)  # end of output: every process holding the pipe closed it
+
+    def _pump(self) -> bool:
+        """Show and keep the lines that have arrived; True if any did. Once the
+        command has ended, end whatever it left running (an orphan may hold the
+        pipe open), and take its exit status when its output is complete."""
+        got = False
+        if self._process.poll() is not None and self.returncode is None:
+            self._tree.kill()
+            self.returncode = self._process.returncode
+        while True:
+            try:
+                line = self._pending.get_nowait()
+            except queue.Empty:
+                return got
+            if line is None:
+                self._ended = True
+                return got
+            got = True
+            self.lines.append(line)
+            if not self.quiet:
+                sys.stdout.write(self.prefix + line)
+                sys.stdout.flush()
+
+    @property
+    def done(self) -> bool:
+        return self._ended and self.returncode is not None
+
+    def kill(self) -> None:
+        self._tree.kill()
+        self._process.wait()
+        self._pump()
+        if self in _running:
+            _running.remove(self)
+
+    def wait_for(self, pattern: str, timeout: float) -> str:
+        """Wait until a line of output matches the regular expression `pattern`, and
+        return that line. Raises CommandFailed if the command ends first."""
+        regex, seen = re.compile(pattern), 0
+
+        def matched():
+            nonlocal seen
+            for line in self.lines[seen:]:
+                if regex.search(line):
+                    return line
+            seen = len(self.lines)
+            if self.done:
+                raise CommandFailed(
+                    f"`{self.command}` ended (status {self.returncode}) "
+                    f"before printing a line matching {pattern!r}",
+                    self.output,
+                )
+            return None
+
+        what = f"`{self.command}` printed no line matching {pattern!r}"
+        return _wait_until(matched, timeout, what, self)
+
+    def wait(self, timeout: float, expect_failure: bool = False) -> str:
+        """Wait for the command to end and return its output. Raises CommandFailed if
+        it exits non-zero, or, with `expect_failure`, if it exits zero (and then kills
+        every other running command, as any failed wait does)."""
+        _wait_until(lambda: self.done or None, timeout, f"`{self.command}` did not end", self)
+        if self in _running:
+            _running.remove(self)
+        if expect_failure and self.returncode == 0:
+            message = f"`{self.command}` was expected to fail, but it exited with 0"
+        elif not expect_failure and self.returncode != 0:
+            message = f"`{self.command}` exited with status {self.returncode}"
+        else:
+            return self.output
+        kill_all()
+        raise CommandFailed(message, self.output)
+
+
+def _wait_until(condition, timeout: float, what: str, waiting_on: Command):
+    """Show the output of every running command until `condition()` returns something
+    other than None. On a time-out, an error or an interrupt, kill them all."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            shown = dict.fromkeys([*_running, waiting_on])  # in start order, no repeats
+            arrived = [command._pump() for command in shown]
+            result = condition()
+            if result is not None:
+                return result
+            if time.monotonic() > deadline:
+                output = "".join(command.output for command in _running)
+                raise CommandTimedOut(
+                    f"{what} within its time limit of {timeout:g} s; killed", output
+                )
+            if not any(arrived):
+                time.sleep(0.05)  # nothing to show: don't spin
+    except BaseException:  # our time-out, a failure, or the notebook's stop button
+        kill_all()
+        raise
+
+
+def kill_all() -> None:
+    """Kill every command still running."""
+    for command in list(_running):
+        command.kill()
+
+
+atexit.register(kill_all)  # a kernel that shuts down takes its commands with it
+
+
+def start(command: str, cwd=None, env=None, label: str | None = None, quiet=False) -> Command:
+    """Start `command` in the background; `label` prefixes its lines of output."""
+    return Command(command, cwd=cwd, env=env, label=label, quiet=quiet)
+
+
 def run(
     command: str,
     timeout: float = 180,
@@ -78,134 +237,6 @@ def run(
     Raises CommandFailed if it exits non-zero, or, with `expect_failure=True`, if it
     exits zero: a cell that shows a failure must fail when the failure goes away.
     Raises CommandTimedOut after `timeout` seconds. `env` adds to the environment.
-    `quiet` captures without printing (for helpers that show a summary instead).
+    `quiet` captures without printing (for tests, or cells that show a summary).
     """
-    if "{port}" in command:
-        command = command.replace("{port}", str(free_port()))
-    if not quiet:
-        print(f"$ {command}", flush=True)
-    argv = resolve(shlex.split(command))
-
-    tree = ProcessTree()
-    child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {}), **tree.environment()}
-    if argv[1:3] == ["-m", "torch.distributed.run"]:
-        # torchrun sets this to 1 for every worker anyway, with a four-line warning
-        # each time; 00_intro explains the why once, so later lessons stay readable.
-        child_env.setdefault("OMP_NUM_THREADS", "1")
-
-    process = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=child_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,  # one stream, in the order things happened
-        text=True,
-        errors="replace",
-        bufsize=1,
-        start_new_session=True,  # keep the stop button's SIGINT for us to handle
-    )
-    lines: list[str] = []
-    try:
-        returncode = _stream(process, tree, lines, time.monotonic() + timeout, quiet)
-    except _Deadline:
-        tree.kill()
-        process.wait()
-        raise CommandTimedOut(
-            f"`{command}` ran past its time limit of {timeout:g} s and was killed", "".join(lines)
-        ) from None
-    except BaseException:  # the notebook's stop button (KeyboardInterrupt), or worse
-        tree.kill()
-        process.wait()
-        raise
-    output = "".join(lines)
-    if expect_failure and returncode == 0:
-        raise CommandFailed(f"`{command}` was expected to fail, but it exited with 0", output)
-    if not expect_failure and returncode != 0:
-        raise CommandFailed(f"`{command}` exited with status {returncode}", output)
-    return output
-
-
-class _Deadline(Exception):
-    """The command's time is up."""
-
-
-class ProcessTree:
-    """A command and every process it started, however deep.
-
-    torchrun starts each worker in a session of its own, and a worker whose launcher
-    died is adopted by init, so neither the process group nor the parent-child tree
-    finds them all. The environment does: every process inherits a marker variable
-    whose value is unique to this command.
-    """
-
-    def __init__(self):
-        self.marker = uuid.uuid4().hex
-
-    def environment(self) -> dict[str, str]:
-        return {MARKER_VARIABLE: self.marker}
-
-    def members(self) -> list[psutil.Process]:
-        found = []
-        for proc in psutil.process_iter():
-            try:
-                if proc.environ().get(MARKER_VARIABLE) == self.marker:
-                    found.append(proc)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                pass  # gone, not ours, or already dead
-        return found
-
-    def kill(self) -> None:
-        """SIGTERM every member (torchrun then stops its workers cleanly), wait a
-        little, then SIGKILL whatever is still alive."""
-        alive = self.members()
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            for proc in alive:
-                try:
-                    proc.send_signal(signum)
-                except psutil.NoSuchProcess:
-                    pass
-            _, alive = psutil.wait_procs(alive, timeout=GRACE_SECONDS)
-            if not alive:
-                return
-
-
-def _read_lines(stream, pending: queue.Queue) -> None:
-    for line in stream:
-        pending.put(line)
-    pending.put(None)  # end of output: every process holding the pipe has closed it
-
-
-def _stream(
-    process: subprocess.Popen, tree: ProcessTree, lines: list[str], deadline: float, quiet: bool
-) -> int:
-    """Copy the command's output to ours line by line until it ends, and return its
-    exit status. Raises _Deadline when time runs out first."""
-    pending: queue.Queue = queue.Queue()
-    threading.Thread(target=_read_lines, args=(process.stdout, pending), daemon=True).start()
-    leftovers_killed = False
-    while True:
-        if not leftovers_killed and process.poll() is not None:
-            # The command has ended. Whatever it started that still runs is an
-            # orphan, and may hold the pipe open: end it, then read what is left.
-            tree.kill()
-            leftovers_killed = True
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise _Deadline
-        try:
-            line = pending.get(timeout=min(remaining, 0.2))
-        except queue.Empty:
-            continue
-        if line is None:
-            break
-        lines.append(line)
-        if not quiet:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-    try:
-        returncode = process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-    except subprocess.TimeoutExpired:
-        raise _Deadline from None
-    if not leftovers_killed:
-        tree.kill()
-    return returncode
+    return start(command, cwd=cwd, env=env, quiet=quiet).wait(timeout, expect_failure)

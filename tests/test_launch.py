@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import PYTHON, REPO, SCRIPTS, is_gone, pids_in
 
-from common.launch import CommandFailed, CommandTimedOut, resolve, run
+from common.launch import CommandFailed, CommandTimedOut, resolve, run, start
 
 
 def test_streams_output_and_returns_it(capsys):
@@ -97,3 +97,43 @@ def test_interrupt_kills_the_workers_and_reraises():
     assert kernel.returncode != 0
     assert stderr.strip().splitlines()[-1] == "KeyboardInterrupt"
     assert all(is_gone(pid) for pid in seen)
+
+
+def test_background_commands_wait_for_a_line_then_end(capsys):
+    first = start("python -c \"print('step 1'); print('step 2')\"", label="a")
+    assert first.wait_for(r"step \d", timeout=60) == "step 1\n"
+    assert first.wait_for("step 2", timeout=60) == "step 2\n"
+    assert first.wait(timeout=60) == "step 1\nstep 2\n"
+    shown = capsys.readouterr().out
+    assert "[a] step 1\n[a] step 2\n" in shown  # each line labelled with its command
+
+
+def test_two_commands_side_by_side_keep_their_own_output():
+    left = start("python -c \"print('left')\"", label="node0", quiet=True)
+    right = start("python -c \"print('right')\"", label="node1", quiet=True)
+    assert right.wait(timeout=60) == "right\n"
+    assert left.wait(timeout=60) == "left\n"
+
+
+def test_waiting_for_a_line_that_never_comes_fails_when_the_command_ends():
+    command = start("python -c \"print('something else')\"", quiet=True)
+    with pytest.raises(CommandFailed, match="ended \\(status 0\\) before printing a line"):
+        command.wait_for("epoch 3", timeout=60)
+
+
+def test_a_failed_wait_kills_every_running_command():
+    hanging = start(f"python {SCRIPTS / 'orphan_maker.py'} hang", quiet=True)
+    hanging.wait_for("child pid", timeout=60)
+    pids = pids_in(hanging.output)
+    failing = start("python -c 'raise SystemExit(3)'", quiet=True)
+    with pytest.raises(CommandFailed, match="exited with status 3"):
+        failing.wait(timeout=60)
+    assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
+
+
+def test_wait_for_times_out_and_kills():
+    hanging = start(f"python {SCRIPTS / 'orphan_maker.py'} hang", quiet=True)
+    with pytest.raises(CommandTimedOut, match="printed no line matching 'never'"):
+        hanging.wait_for("never", timeout=3)
+    pids = pids_in(hanging.output)
+    assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
