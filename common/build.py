@@ -21,6 +21,7 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError
 from nbconvert import HTMLExporter
 
 REPO = Path(__file__).resolve().parent.parent
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 CELL_TIMEOUT_SECONDS = 240
 
 
@@ -53,9 +54,16 @@ def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
         print(f"  FAILED: {str(error).strip().splitlines()[-1]}", flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / notebook.name)
-    body, _ = HTMLExporter().from_notebook_node(nb)
+    body, _ = to_html(nb)
     (out_dir / notebook.with_suffix(".html").name).write_text(body, encoding="utf-8")
     return ok, time.monotonic() - started
+
+
+def to_html(nb) -> tuple[str, dict]:
+    """A self-contained HTML page: outputs, figures and animations are inline, and the
+    page loads nothing from the network (templates/offline)."""
+    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)])
+    return exporter.from_notebook_node(nb)
 
 
 def write_index(built: list[tuple[Path, bool, float]], build_dir: Path) -> None:
