@@ -1,0 +1,135 @@
+"""Lesson 01: DDP's gradient buckets, and how communication overlaps the backward pass.
+
+DDP does not wait for the whole backward pass to finish before it all-reduces. It
+groups the parameters into *buckets* of about `bucket_cap_mb` megabytes, in reverse
+order (the last layer's gradients are computed first), and the moment every gradient
+of a bucket is ready it launches that bucket's all-reduce, while autograd goes on
+computing the gradients of earlier layers.
+
+This script watches it happen. A gradient hook on every parameter records when its
+gradient is ready; a DDP *communication hook* (`register_comm_hook`) records when each
+bucket's all-reduce is launched and when it completes (it then does what DDP does by
+default: divide by the world size and all-reduce). It does so for several values of
+`bucket_cap_mb` and prints how many buckets each gives; `--out FILE` writes the
+events, for the timeline drawn in the notebook.
+
+Launch it (from any folder, with the path to this file):
+
+    torchrun --standalone --nproc_per_node=2 ddp_buckets.py
+    torchrun --standalone --nproc_per_node=2 ddp_buckets.py --caps 0.25 1 25 --layers 12
+"""
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.cli import LessonArgumentParser
+from common.distributed import backend_for, device_for, log0, torchrun_env
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_buckets.py"
+
+
+def deep_model(layers: int, width: int) -> nn.Sequential:
+    torch.manual_seed(0)
+    blocks = []
+    for _ in range(layers):
+        blocks += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*blocks)
+
+
+def watch_one_backward(model, cap_mb, device, batch, iterations):
+    """Wrap `model` in DDP with `bucket_cap_mb=cap_mb`, train a few steps, and return
+    the events of the last backward pass."""
+    ddp_model = DDP(model, bucket_cap_mb=cap_mb)
+    names = {parameter: name for name, parameter in ddp_model.module.named_parameters()}
+    events: list[dict] = []
+    world_size = dist.get_world_size()
+
+    def gradient_ready(parameter):
+        events.append({"kind": "grad_ready", "time": time.perf_counter(), "name": names[parameter]})
+
+    for parameter in ddp_model.module.parameters():
+        parameter.register_post_accumulate_grad_hook(gradient_ready)
+
+    def recording_all_reduce(state, bucket: dist.GradBucket):
+        event = {
+            "kind": "bucket_launch",
+            "time": time.perf_counter(),
+            "index": bucket.index(),
+            "numel": bucket.buffer().numel(),
+            "parameters": [names[p] for p in bucket.parameters()],
+        }
+        events.append(event)
+        buffer = bucket.buffer().div_(world_size)  # the average, as DDP's default hook
+        future = dist.all_reduce(buffer, async_op=True).get_future()
+
+        def finished(done):
+            event["done"] = time.perf_counter()
+            return done.value()[0]
+
+        return future.then(finished)
+
+    ddp_model.register_comm_hook(state=None, hook=recording_all_reduce)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=1e-3)
+    inputs = torch.randn(batch, model[0].in_features, device=device)
+    # DDP rebuilds its buckets after the first iteration, in the order the gradients
+    # really arrived; the last iteration shows the buckets it keeps.
+    for _ in range(iterations):
+        events.clear()
+        optimizer.zero_grad()
+        ddp_model(inputs).square().mean().backward()
+        events.append({"kind": "backward_end", "time": time.perf_counter()})
+        optimizer.step()
+    return events
+
+
+def main():
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("--caps", type=float, nargs="+", default=[1.0, 2.0, 4.0, 25.0])
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="write every cap's events here as JSON")
+    args = parser.parse_args()
+    if min(args.caps) <= 0 or min(args.layers, args.width, args.batch, args.iterations) < 1:
+        parser.error("caps must be positive, and --layers/--width/--batch/--iterations >= 1")
+    local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    device = device_for(local_rank)
+    dist.init_process_group(backend=backend_for(device.type))
+
+    layer_mb = (args.width * args.width + args.width) * 4 / 2**20
+    log0(f"model: {args.layers} x Linear({args.width}, {args.width}), {layer_mb:.2f} MB per layer")
+    results = {}
+    for cap in args.caps:
+        model = deep_model(args.layers, args.width).to(device)
+        events = watch_one_backward(model, cap, device, args.batch, args.iterations)
+        hooks = [e for e in events if e["kind"] == "grad_ready"]
+        buckets = sorted(
+            (e for e in events if e["kind"] == "bucket_launch"), key=lambda e: e["time"]
+        )
+        sizes = ", ".join(f"{b['numel'] * 4 / 2**20:.2f}" for b in buckets)
+        plural = "bucket" if len(buckets) == 1 else "buckets"
+        log0(f"bucket_cap_mb={cap:g}: {len(buckets)} {plural}, MB each in launch order: {sizes}")
+        first_launch, last_gradient = buckets[0]["time"], hooks[-1]["time"]
+        if not results:
+            log0(f"   gradient hooks fired in this order: {' '.join(h['name'] for h in hooks)}")
+        log0(
+            f"   the first bucket's all-reduce started "
+            f"{1e3 * (last_gradient - first_launch):.2f} ms before the last gradient was ready"
+        )
+        results[str(cap)] = events
+    if args.out and global_rank == 0:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results))
+        log0(f"wrote {args.out}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Ring all-reduce, written by hand over torch.distributed point-to-point messages.
+
+Introduced in 01_theory (`ring_allreduce.py` checks it against `dist.all_reduce` and
+benchmarks the two); `common.ring_sim` is the same algorithm simulated in one process,
+step by step, for the figures.
+
+N processes sit in a ring; each sends only to its right neighbour and receives only
+from its left one. The tensor is cut into N chunks (sizes differ by at most one
+element; some are empty when the tensor has fewer than N elements).
+
+1. Reduce-scatter, N-1 steps: in step s, rank r sends chunk (r - s) mod N to the
+   right and adds the chunk (r - s - 1) mod N that arrives from the left into its own
+   copy. Afterwards rank r holds the full sum of chunk (r + 1) mod N.
+2. All-gather, N-1 steps: in step s, rank r sends chunk (r + 1 - s) mod N (complete)
+   to the right and stores chunk (r - s) mod N from the left. Afterwards every rank
+   holds every summed chunk.
+
+Each rank sends 2(N-1) chunks of n/N elements: 2(N-1)/N of the tensor, whatever N.
+Sending everything to one rank and broadcasting back costs that rank (N-1) whole
+tensors each way instead.
+
+What makes it fast (measured in 01_theory, with the slow version kept below for the
+comparison):
+- receives are posted before sends, so the link to the right and the link from
+  the left carry data *at the same time*; in fact every receive of a phase is posted
+  up front, each into a place of its own, so data lands as soon as the neighbour
+  sends it, whether or not this process has the CPU at that moment;
+- a step waits only for its receive: sends are waited for at the end of the phase,
+  before anything writes to the chunks they read from;
+- nothing is allocated per call: chunks are views of the caller's tensor, the sum is
+  added in place into it, and the receive buffer is kept between calls. A big
+  fresh buffer comes straight from the operating system (glibc maps every buffer
+  above a threshold that tops out at 32 MB) and each of its pages faults on first
+  touch, on every call;
+- no `.clone()`, no `torch.cat`: the all-gather receives straight into the output.
+"""
+
+import torch
+import torch.distributed as dist
+
+# One receive buffer per device and dtype, grown when needed and kept between calls.
+_receive_buffers: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def chunk_bounds(numel: int, world_size: int) -> list[int]:
+    """Where each of the `world_size` chunks starts (and the last one ends): sizes
+    differ by at most one element, the first `numel % world_size` chunks get the extra
+    one, and chunks are empty when `numel < world_size`."""
+    base, extra = divmod(numel, world_size)
+    bounds = [0]
+    for index in range(world_size):
+        bounds.append(bounds[-1] + base + (1 if index < extra else 0))
+    return bounds
+
+
+def _receive_buffer(numel: int, like: torch.Tensor) -> torch.Tensor:
+    key = (like.device, like.dtype)
+    buffer = _receive_buffers.get(key)
+    if buffer is None or buffer.numel() < numel:
+        buffer = torch.empty(numel, dtype=like.dtype, device=like.device)
+        _receive_buffers[key] = buffer
+    return buffer[:numel]
+
+
+def _receive(into: torch.Tensor, source: int, tag: int):
+    """Post a receive and return its request (None for an empty chunk: nothing comes)."""
+    return dist.irecv(into, src=source, tag=tag) if into.numel() else None
+
+
+def _send(data: torch.Tensor, destination: int, tag: int):
+    return dist.isend(data, dst=destination, tag=tag) if data.numel() else None
+
+
+def _wait(*requests) -> None:
+    for request in requests:
+        if request is not None:
+            request.wait()
+
+
+def ring_all_reduce(tensor: torch.Tensor) -> int:
+    """Sum `tensor` over every rank of the default process group, in place, with a
+    ring. Returns the number of bytes this rank sent (for the traffic check)."""
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    if world_size == 1 or tensor.numel() == 0:
+        return 0
+    # A non-contiguous tensor has no flat view: work on a contiguous copy.
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
+    bounds = chunk_bounds(flat.numel(), world_size)
+    largest = bounds[1] - bounds[0]
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+
+    def chunk(index: int) -> torch.Tensor:
+        index %= world_size
+        return flat[bounds[index] : bounds[index + 1]]
+
+    bytes_sent = 0
+    # Reduce-scatter. Post every receive of the phase first, each into a slot of its
+    # own: a chunk lands the moment the left neighbour sends it, even while this
+    # process is still adding up the previous one or waiting for a CPU.
+    slots = _receive_buffer((world_size - 1) * largest, flat)
+    receives = []
+    for step in range(world_size - 1):
+        slot = slots[step * largest :][: chunk(rank - step - 1).numel()]
+        receives.append((_receive(slot, left, tag=step), slot))
+    sends = []
+    for step in range(world_size - 1):
+        outgoing = chunk(rank - step)  # for step > 0: the chunk summed one step ago
+        sends.append(_send(outgoing, right, tag=step))
+        request, slot = receives[step]
+        _wait(request)  # not the send: nothing writes to its chunk in this phase
+        chunk(rank - step - 1).add_(slot)  # in place, into the caller's tensor
+        bytes_sent += outgoing.numel() * outgoing.element_size()
+    _wait(*sends)  # the all-gather writes over the chunks these sends read from
+
+    # All-gather: the summed chunks land straight in their place in the output.
+    receives = [
+        _receive(chunk(rank - step), left, tag=world_size + step) for step in range(world_size - 1)
+    ]
+    sends = []
+    for step in range(world_size - 1):
+        outgoing = chunk(rank + 1 - step)  # for step > 0: the chunk received one step ago
+        sends.append(_send(outgoing, right, tag=world_size + step))
+        _wait(receives[step])
+        bytes_sent += outgoing.numel() * outgoing.element_size()
+    _wait(*sends)
+
+    if not tensor.is_contiguous():
+        tensor.copy_(flat.view_as(tensor))
+    return bytes_sent
+
+
+def ring_all_reduce_straightforward(tensor: torch.Tensor) -> int:
+    """The first version one writes: correct, and half as fast or worse on big tensors.
+
+    Each step allocates a fresh receive tensor and a fresh sum (`a + b`), the chunks
+    are cloned at the start and glued back with `torch.cat` at the end, and each rank
+    finishes its send before it starts its receive (even ranks send first, odd ranks
+    receive first, so the ring does not deadlock): half the links sit idle.
+    Kept to measure what each fix is worth; use `ring_all_reduce`.
+    """
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    if world_size == 1 or tensor.numel() == 0:
+        return 0
+    chunks = [piece.clone() for piece in torch.tensor_split(tensor.reshape(-1), world_size)]
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+
+    def send_then_receive(outgoing: torch.Tensor, incoming: torch.Tensor) -> None:
+        if rank % 2 == 0 and outgoing.numel():
+            dist.send(outgoing, dst=right)
+        if incoming.numel():
+            dist.recv(incoming, src=left)
+        if rank % 2 == 1 and outgoing.numel():
+            dist.send(outgoing, dst=right)
+
+    bytes_sent = 0
+    for step in range(world_size - 1):
+        send_index, receive_index = (rank - step) % world_size, (rank - step - 1) % world_size
+        received = torch.empty_like(chunks[receive_index])
+        send_then_receive(chunks[send_index], received)
+        chunks[receive_index] = chunks[receive_index] + received
+        bytes_sent += chunks[send_index].numel() * chunks[send_index].element_size()
+    for step in range(world_size - 1):
+        send_index, receive_index = (rank + 1 - step) % world_size, (rank - step) % world_size
+        received = torch.empty_like(chunks[receive_index])
+        send_then_receive(chunks[send_index], received)
+        chunks[receive_index] = received
+        bytes_sent += chunks[send_index].numel() * chunks[send_index].element_size()
+    tensor.copy_(torch.cat(chunks).view_as(tensor))
+    return bytes_sent

@@ -1,0 +1,100 @@
+"""Lesson 01: the hand-written ring all-reduce over a real gloo world of CPU processes.
+
+One world per world size (2, 3, 4), started with torch.multiprocessing on a free port;
+every check runs inside it, and a failing check fails the test with its traceback.
+"""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from common.launch import free_port
+from common.ring import chunk_bounds, ring_all_reduce, ring_all_reduce_straightforward
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+
+
+def awkward_sizes(world_size):
+    return sorted({1, world_size - 1, world_size, world_size + 1, 2 * world_size + 1, 1000, 4099})
+
+
+def data(rank, numel, dtype, seed):
+    """Rank `rank`'s tensor; any rank can rebuild any other's, for the expected sum."""
+    generator = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype in (torch.float32, torch.float64):
+        return torch.randn(numel, generator=generator, dtype=torch.float64).to(dtype)
+    return torch.randint(-8, 9, (numel,), generator=generator).to(dtype)  # exact sums
+
+
+def check_world(rank, world_size, port):
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+    )
+    sent_bytes = []
+    real_isend = dist.isend
+
+    def counting_isend(tensor, *args, **kwargs):
+        sent_bytes.append(tensor.numel() * tensor.element_size())
+        return real_isend(tensor, *args, **kwargs)
+
+    dist.isend = counting_isend  # count what really goes out, not what the ring reports
+    try:
+        seed = everyone_sent = everyone_should = 0
+        for dtype in DTYPES:
+            sizes = awkward_sizes(world_size)
+            if dtype not in (torch.float32, torch.int64):  # fewer sizes: keep the test quick
+                sizes = [1, world_size + 1, 1000]
+            for numel in sizes:
+                seed += 1
+                mine = data(rank, numel, dtype, seed)
+                expected = sum(data(r, numel, dtype, seed).double() for r in range(world_size))
+                library = mine.clone()
+                dist.all_reduce(library)
+                ours = mine.clone()
+                sent_bytes.clear()
+                reported = ring_all_reduce(ours)
+                exact = dtype not in (torch.float32, torch.float64)
+                tolerance = {"rtol": 0, "atol": 0} if exact else {}
+                torch.testing.assert_close(ours, library, **tolerance)
+                torch.testing.assert_close(ours, expected.to(dtype), **tolerance)
+
+                # Traffic: each rank sends every chunk but (r+1), then every chunk but (r+2).
+                bounds = chunk_bounds(numel, world_size)
+                sizes = [bounds[c + 1] - bounds[c] for c in range(world_size)]
+                element = mine.element_size()
+                skipped = sizes[(rank + 1) % world_size] + sizes[(rank + 2) % world_size]
+                assert sum(sent_bytes) == reported == (2 * numel - skipped) * element
+                everyone_sent += sum(sent_bytes)
+                everyone_should += 2 * (world_size - 1) * numel * element  # all ranks together
+                if numel % world_size == 0:
+                    assert sum(sent_bytes) * world_size == 2 * (world_size - 1) * numel * element
+
+                if dtype == torch.int64:  # the slow version, once per size
+                    slow = mine.clone()
+                    ring_all_reduce_straightforward(slow)
+                    torch.testing.assert_close(slow, library, rtol=0, atol=0)
+        total = torch.tensor([everyone_sent])
+        dist.all_reduce(total)
+        assert total.item() == everyone_should
+
+        # Shapes and layouts other than a flat contiguous tensor.
+        matrix = data(rank, 35, torch.float64, 999).reshape(5, 7)
+        library = matrix.t().contiguous()
+        ours = matrix.clone().t()
+        assert not ours.is_contiguous()
+        ring_all_reduce(ours)
+        dist.all_reduce(library)
+        torch.testing.assert_close(ours, library)
+        assert ours.shape == (7, 5)
+    finally:
+        dist.isend = real_isend
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n(world_size):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(check_world, args=(world_size, free_port()), nprocs=world_size, join=True)
