@@ -1,0 +1,62 @@
+"""Lesson 02's benchmark: the speed-up of data parallel processes on this machine.
+
+Runs `scaling.py` one configuration after another (never side by side) and prints a
+table: the median time per epoch and the speed-up over one single-threaded process.
+
+    python benchmark_scaling.py                       # 1 and 2 processes, 1 process x 2 threads
+    python benchmark_scaling.py --processes 1 2 4 --samples 16384 --epochs 4
+
+On a machine with C cores the ideal speed-up of N <= C processes is N. Run it on a
+quiet machine: anything else running takes cores away from the measurement.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+from common.cli import LessonArgumentParser
+from common.launch import run
+
+LAUNCH = "python benchmark_scaling.py [--processes 1 2 4] [--samples 16384] [--epochs 4]"
+SCALING = Path(__file__).resolve().parent / "scaling.py"
+SUMMARY = re.compile(
+    r"summary \| processes (\d+) \| threads per process (\d+) .*\| median epoch ([\d.]+) s"
+)
+
+
+def measure(processes: int, threads: int, samples: int, epochs: int, width: int) -> float:
+    """Median seconds per epoch of one scaling.py run (each configuration gets a run
+    of its own, so that nothing of one carries over to the next)."""
+    output = run(
+        f"torchrun --standalone --nproc_per_node={processes} {SCALING} --threads {threads} "
+        f"--samples {samples} --epochs {epochs} --width {width}",
+        timeout=1800,
+        quiet=True,
+    )
+    return float(SUMMARY.search(output)[3])
+
+
+def main() -> None:
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=int, default=2, help="threads of the 1-process rival")
+    parser.add_argument("--samples", type=int, default=16384)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--width", type=int, default=1024)
+    args = parser.parse_args()
+    if min(args.processes) < 1 or args.threads < 1 or args.epochs < 2 or args.samples < 1:
+        parser.error("processes, threads and samples must be >= 1, epochs >= 2")
+
+    rows = [(n, 1) for n in sorted(set(args.processes) | {1})] + [(1, args.threads)]
+    baseline = None
+    print(f"{'processes':>9} {'threads':>7} {'s/epoch':>8} {'speed-up':>8}")
+    for processes, threads in rows:
+        seconds = measure(processes, threads, args.samples, args.epochs, args.width)
+        baseline = baseline or seconds  # the first row: 1 process, 1 thread
+        print(
+            f"{processes:>9} {threads:>7} {seconds:>8.3f} {baseline / seconds:>7.2f}x", flush=True
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

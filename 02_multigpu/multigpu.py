@@ -1,0 +1,188 @@
+"""Lesson 02: the same training, data parallel over several processes on one machine.
+
+`single_gpu.py` plus distributed data parallel: the script starts one process per
+device itself (`mp.spawn`), the processes meet on 127.0.0.1 at a free port, each
+trains a DDP-wrapped replica of the model on its own shard of every epoch
+(`DistributedSampler`), DDP averages the gradients, and rank 0 alone saves the
+checkpoint. The loss printed at every epoch is averaged over the ranks.
+
+Launch it (from any folder, with the path to this file):
+
+    python multigpu.py 20 5                    # 20 epochs, a checkpoint every 5
+    python multigpu.py 20 5 --batch_size 32 --world_size 2
+
+`--batch_size` is per process: each step trains on batch_size x world_size samples.
+`--world_size` defaults to the number of GPUs, or 2 on a machine without one. It
+writes `checkpoint.pt` (the model's weights) to the current folder.
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+from common.cli import LessonArgumentParser
+from common.data import SyntheticRegression
+from common.distributed import backend_for, device_for, device_type, log0
+from common.launch import free_port
+from common.models import regression_model
+from common.snapshot import save_atomic
+
+LAUNCH = "python multigpu.py 20 5 [--batch_size 32] [--world_size 2]"
+CHECKPOINT_PATH = Path("checkpoint.pt")
+SHUFFLE_SEED = 0
+
+
+def ddp_setup(global_rank: int, world_size: int, port: int) -> torch.device:
+    """Join the process group: every process meets the others at 127.0.0.1:port."""
+    device = device_for(local_rank=global_rank)  # one machine: local rank = global rank
+    if device.type == "cpu":
+        # mp.spawn, unlike torchrun, lets every process use every core: N processes
+        # each running N threads would fight over the cores. Give each its share.
+        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=global_rank,
+        world_size=world_size,
+    )
+    return device
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_data: DataLoader,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        save_every: int,
+    ) -> None:
+        self.device = device
+        self.global_rank = dist.get_rank()
+        self.model = model.to(device)
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.save_every = save_every
+        # Broadcasts rank 0's weights to every rank, then averages the gradients of
+        # every backward pass. device_ids names the one device this replica lives on.
+        self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> float:
+        self.optimizer.zero_grad()
+        output = self.model(source)
+        loss = F.mse_loss(output, targets)
+        loss.backward()  # returns once the gradients are averaged over the ranks
+        self.optimizer.step()
+        return loss.item()
+
+    def _run_epoch(self, epoch: int) -> None:
+        # The sampler shuffles with seed + epoch: without set_epoch every epoch would
+        # repeat the order of epoch 0.
+        self.train_data.sampler.set_epoch(epoch)
+        total_loss = 0.0
+        for source, targets in self.train_data:
+            source, targets = source.to(self.device), targets.to(self.device)
+            total_loss += self._run_batch(source, targets)
+        steps = len(self.train_data)
+        batch_size = self.train_data.batch_size
+        # Each rank saw its own shard; the epoch's loss is the average over all ranks.
+        summed = torch.tensor([total_loss / steps], device=self.device)
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        epoch_loss = summed.item() / dist.get_world_size()
+        log0(
+            f"epoch {epoch} | batch size {batch_size} per rank | steps {steps} "
+            f"| loss {epoch_loss:.6f}"
+        )
+
+    def _save_checkpoint(self, epoch: int) -> None:
+        # model.module is the model DDP wraps: its state_dict has the plain names
+        # ("weight"), not "module.weight", so single_gpu.py can load it too.
+        save_atomic(self.model.module.state_dict(), CHECKPOINT_PATH)
+        log0(f"epoch {epoch} | checkpoint saved to {CHECKPOINT_PATH.resolve()}")
+
+    def train(self, max_epochs: int) -> None:
+        for epoch in range(max_epochs):
+            self._run_epoch(epoch)
+            # After every save_every-th epoch, and after the last one, so the file
+            # always ends up holding the trained model.
+            if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
+                # Every replica holds the same weights, so one copy is enough. No
+                # collective (all_reduce, barrier, a DDP forward) may sit inside this
+                # branch: rank 0 would wait in it for ranks that never enter it.
+                if self.global_rank == 0:
+                    self._save_checkpoint(epoch)
+
+
+def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
+    train_set = SyntheticRegression(size=2048)
+    model = regression_model(seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    return train_set, model, optimizer
+
+
+def prepare_dataloader(dataset: Dataset, batch_size: int) -> DataLoader:
+    # Each rank gets a different 1/world_size of every epoch's shuffled indices.
+    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)
+    return DataLoader(
+        dataset, batch_size=batch_size, sampler=sampler, pin_memory=torch.cuda.is_available()
+    )
+
+
+def main(
+    global_rank: int,
+    world_size: int,
+    port: int,
+    total_epochs: int,
+    save_every: int,
+    batch_size: int,
+) -> None:
+    device = ddp_setup(global_rank, world_size, port)
+    dataset, model, optimizer = load_train_objs()
+    train_data = prepare_dataloader(dataset, batch_size)
+    trainer = Trainer(model, train_data, optimizer, device, save_every)
+    trainer.train(total_epochs)
+    dist.destroy_process_group()
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+if __name__ == "__main__":
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("total_epochs", type=positive_int, help="how many epochs to train")
+    parser.add_argument("save_every", type=positive_int, help="save a checkpoint every N epochs")
+    parser.add_argument(
+        "--batch_size", type=positive_int, default=32, help="samples per step per process"
+    )
+    on_gpus = device_type() == "cuda"
+    parser.add_argument(
+        "--world_size",
+        type=positive_int,
+        default=torch.cuda.device_count() if on_gpus else 2,
+        help="processes to start (default: one per GPU, or 2 without a GPU)",
+    )
+    args = parser.parse_args()
+    if on_gpus and args.world_size > torch.cuda.device_count():
+        parser.error(
+            f"--world_size {args.world_size} needs one GPU per process, "
+            f"but this machine has {torch.cuda.device_count()}"
+        )
+    # mp.spawn starts world_size processes running main(i, *args), i = 0 .. world_size-1,
+    # and raises here if any of them fails.
+    world_size = args.world_size
+    port = free_port()
+    mp.spawn(
+        main,
+        args=(world_size, port, args.total_epochs, args.save_every, args.batch_size),
+        nprocs=world_size,
+    )

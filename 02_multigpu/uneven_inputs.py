@@ -1,0 +1,100 @@
+"""Lesson 02: ranks with different numbers of batches, the hang, and `Join`.
+
+DDP all-reduces the gradients of every backward pass, so every rank must run the
+same number of steps. Here rank r has `--batches + r` batches: rank 0 finishes
+first and moves on to the barrier that ends the epoch, while rank 1's last backward
+waits in an all_reduce that rank 0 will never join. Neither can proceed: the job
+hangs until the process group's `--timeout` ends it with an error.
+
+With `--join`, the loop runs inside `Join([model])`: a rank that runs out of batches
+"joins" and, until every rank has, shadows the others' all-reduces with zeros, so
+the ranks still holding data finish their steps and the models stay identical.
+
+Launch it (from any folder, with the path to this file):
+
+    torchrun --standalone --nproc_per_node=2 uneven_inputs.py --timeout 3   # hangs, then fails
+    torchrun --standalone --nproc_per_node=2 uneven_inputs.py --join        # finishes
+"""
+
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.cli import LessonArgumentParser
+from common.data import SyntheticRegression
+from common.distributed import backend_for, device_for, log, torchrun_env
+from common.models import regression_model
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 uneven_inputs.py [--join] [--timeout 3]"
+BATCH_SIZE = 16
+
+
+def main() -> None:
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("--join", action="store_true", help="wrap the loop in Join([model])")
+    parser.add_argument("--batches", type=int, default=4, help="batches on rank 0 (rank r: +r)")
+    parser.add_argument("--timeout", type=float, default=3.0, help="process group timeout (s)")
+    args = parser.parse_args()
+    if args.batches < 1 or args.timeout <= 0:
+        parser.error("--batches must be >= 1 and --timeout > 0")
+    local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    device = device_for(local_rank)
+    dist.init_process_group(
+        backend=backend_for(device.type), timeout=timedelta(seconds=args.timeout)
+    )
+
+    model = DDP(
+        regression_model(seed=0).to(device),
+        device_ids=[device.index] if device.type == "cuda" else None,
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    # Uneven on purpose: rank r gets batches + r batches of its own samples.
+    dataset = SyntheticRegression(size=BATCH_SIZE * (args.batches + world_size))
+    my_batches = args.batches + global_rank
+    first = BATCH_SIZE * global_rank
+
+    def train() -> int:
+        steps = 0
+        for step in range(my_batches):
+            start = first + step * BATCH_SIZE
+            source = dataset.inputs[start : start + BATCH_SIZE].to(device)
+            targets = dataset.targets[start : start + BATCH_SIZE].to(device)
+            optimizer.zero_grad()
+            F.mse_loss(model(source), targets).backward()
+            optimizer.step()
+            steps += 1
+        return steps
+
+    started = time.perf_counter()
+    try:
+        if args.join:
+            # Join needs every rank to enter the context; the last rank to run out of
+            # batches ends it on every rank together.
+            with Join([model]):
+                steps = train()
+        else:
+            steps = train()
+        log(f"ran {steps} steps; at the end-of-epoch barrier")
+        dist.barrier()
+    except RuntimeError as error:
+        waited = time.perf_counter() - started
+        reason = str(error).strip().splitlines()[0]
+        log(f"stuck for {waited:.1f} s, then the {args.timeout:g} s timeout ended it: {reason}")
+        sys.exit(1)
+
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(flat) for _ in range(world_size)]
+    dist.all_gather(gathered, flat)
+    same = all(torch.equal(other, gathered[0]) for other in gathered)
+    log(f"finished in {time.perf_counter() - started:.2f} s; models identical on all ranks: {same}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
