@@ -1,0 +1,268 @@
+"""Lesson 03: the same training, launched by torchrun, surviving crashes.
+
+`multigpu.py` with its launcher taken out and fault tolerance put in: torchrun starts
+the processes and tells each its place (LOCAL_RANK, RANK, WORLD_SIZE, ...); global
+rank 0 saves a snapshot (model, optimizer, epochs finished, random state) atomically
+every `save_every` epochs and at the end; every process that starts finds the
+snapshot and resumes at the first unfinished epoch. When a worker dies, torchrun
+(given `--max-restarts`) stops the others and starts the group again, and training
+goes on where the snapshot left it.
+
+Launch it (from any folder, with the path to this file):
+
+    torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 \\
+        --max-restarts=3 multigpu_torchrun.py 20 5 --crash_rank 1 --crash_epoch 7 --crash_step 3
+
+The second one kills rank 1 once, at epoch 7 step 3, and torchrun restarts the group.
+(The variable works around a torchrun bug that can make restarted workers hang; see
+the notebook.)
+
+`--batch_size` (default 32) is per process. It writes `snapshot.pt` to the current
+folder (`--snapshot_path` to change it) and resumes from it when it is there: delete
+it to start from scratch.
+
+Elastic: agents that join and leave a running job (the notebook shows it), meeting at
+a rendezvous store of their own (`rendezvous_server.py`). In one terminal, then in
+one or two more:
+
+    python rendezvous_server.py PORT
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:2 --nproc_per_node=1 \\
+        --max-restarts=3 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT \\
+        --rdzv_id=elastic --rdzv_conf=is_host=false --local-addr=127.0.0.1 \\
+        multigpu_torchrun.py 200 1
+"""
+
+import argparse
+import os
+import signal
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+from common.cli import LessonArgumentParser
+from common.data import SyntheticRegression
+from common.distributed import backend_for, device_for, log, log0, torchrun_env
+from common.models import regression_model
+from common.snapshot import SnapshotError, load, save_atomic
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5"
+SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "rng_state")
+SHUFFLE_SEED = 0
+
+
+def ddp_setup() -> torch.device:
+    """Join the process group at the address torchrun chose, as the rank it gave us."""
+    local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    device = device_for(local_rank)
+    # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
+    dist.init_process_group(backend=backend_for(device.type))
+    # Counts the times torchrun restarted the group after a failure (0 on the first run).
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    log(
+        f"pid={os.getpid()} rank={global_rank} local_rank={local_rank} "
+        f"world_size={world_size} restart={restart} device={device}"
+    )
+    return device
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_data: DataLoader,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        save_every: int,
+        snapshot_path: Path,
+        crash_at: tuple[int, int, int] | None = None,
+    ) -> None:
+        self.device = device
+        self.global_rank = dist.get_rank()
+        self.model = model.to(device)
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.save_every = save_every
+        self.snapshot_path = snapshot_path
+        self.crash_at = crash_at  # (rank, epoch, step) at which to die, or None
+        self.epochs_run = 0
+        # Before the DDP wrap, on every rank: each replica resumes from the same state.
+        if snapshot_path.exists():
+            self._load_snapshot(snapshot_path)
+        # Broadcasts rank 0's weights to every rank, then averages the gradients of
+        # every backward pass. device_ids names the one device this replica lives on.
+        self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def _load_snapshot(self, snapshot_path: Path) -> None:
+        # map_location: the tensors go to *this* process's device, whatever device the
+        # saving process had. load() runs no code from the file (weights_only=True).
+        snapshot = load(snapshot_path, SNAPSHOT_KEYS, map_location=self.device)
+        self.model.load_state_dict(snapshot["model"])
+        self.optimizer.load_state_dict(snapshot["optimizer"])  # momentum buffers
+        torch.set_rng_state(snapshot["rng_state"].cpu())  # anything random goes on alike
+        self.epochs_run = snapshot["epochs_run"]
+        log(
+            f"resumed from {snapshot_path}: {self.epochs_run} epochs done, "
+            f"continuing at epoch {self.epochs_run}"
+        )
+
+    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> float:
+        self.optimizer.zero_grad()
+        output = self.model(source)
+        loss = F.mse_loss(output, targets)
+        loss.backward()  # returns once the gradients are averaged over the ranks
+        self.optimizer.step()
+        return loss.item()
+
+    def _crash_if_planned(self, epoch: int, step: int) -> None:
+        # Only on torchrun's first attempt, so the restarted group gets past this point.
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if first_attempt and self.crash_at == (self.global_rank, epoch, step):
+            log(f"injected failure: pid {os.getpid()} kills itself at epoch {epoch} step {step}")
+            # SIGKILL, like the out-of-memory killer: no exception, no clean-up, no goodbye.
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _run_epoch(self, epoch: int) -> None:
+        # The sampler shuffles with seed + epoch: without set_epoch every epoch would
+        # repeat the order of epoch 0.
+        self.train_data.sampler.set_epoch(epoch)
+        total_loss = 0.0
+        for step, (source, targets) in enumerate(self.train_data):
+            self._crash_if_planned(epoch, step)
+            source, targets = source.to(self.device), targets.to(self.device)
+            total_loss += self._run_batch(source, targets)
+        steps = len(self.train_data)
+        batch_size = self.train_data.batch_size
+        # Each rank saw its own shard; the epoch's loss is the average over all ranks.
+        summed = torch.tensor([total_loss / steps], device=self.device)
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        world_size = dist.get_world_size()
+        epoch_loss = summed.item() / world_size
+        log0(
+            f"epoch {epoch} | world size {world_size} | batch size {batch_size} per rank "
+            f"| steps {steps} | loss {epoch_loss:.6f}"
+        )
+
+    def _save_snapshot(self, epoch: int) -> None:
+        snapshot = {
+            # model.module is the model DDP wraps: plain names ("weight"), loadable
+            # without DDP and before the wrap.
+            "model": self.model.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            # The number of epochs *finished*, so a resume starts at the next one.
+            "epochs_run": epoch + 1,
+            # Every rank drew the same random numbers so far: rank 0's state is theirs.
+            "rng_state": torch.get_rng_state(),
+        }
+        # Temporary file, fsync, rename: a crash mid-write leaves the previous snapshot.
+        save_atomic(snapshot, self.snapshot_path)
+        log0(f"epoch {epoch} | snapshot saved to {self.snapshot_path}")
+
+    def train(self, max_epochs: int) -> None:
+        for epoch in range(self.epochs_run, max_epochs):
+            self._run_epoch(epoch)
+            # After every save_every-th epoch, and after the last one, so the file
+            # always ends up holding the trained model.
+            if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
+                # Every replica holds the same weights, so one copy is enough. No
+                # collective (all_reduce, barrier, a DDP forward) may sit inside this
+                # branch: rank 0 would wait in it for ranks that never enter it.
+                if self.global_rank == 0:
+                    self._save_snapshot(epoch)
+        log0(f"training finished: {max_epochs} epochs")
+
+
+def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
+    train_set = SyntheticRegression(size=2048)
+    model = regression_model(seed=0)
+    # Momentum gives the optimizer a state of its own (a running average of the
+    # gradients): a resume that dropped it would not continue the same training.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return train_set, model, optimizer
+
+
+def prepare_dataloader(dataset: Dataset, batch_size: int) -> DataLoader:
+    # Each rank gets a different 1/world_size of every epoch's shuffled indices.
+    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)
+    return DataLoader(
+        dataset, batch_size=batch_size, sampler=sampler, pin_memory=torch.cuda.is_available()
+    )
+
+
+# Whatever a worker raises, @record writes it to a file that torchrun reads, so
+# torchrun's failure report shows the worker's own error as the root cause.
+@record
+def main(
+    total_epochs: int,
+    save_every: int,
+    batch_size: int,
+    snapshot_path: Path,
+    crash_at: tuple[int, int, int] | None,
+) -> None:
+    device = ddp_setup()
+    dataset, model, optimizer = load_train_objs()
+    train_data = prepare_dataloader(dataset, batch_size)
+    check_crash_plan(crash_at, total_epochs, len(train_data))
+    try:
+        trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, crash_at)
+    except SnapshotError as error:
+        log(str(error))  # one line that names the file and what to do, not a traceback
+        dist.destroy_process_group()
+        raise SystemExit(1) from None
+    trainer.train(total_epochs)
+    dist.destroy_process_group()
+
+
+def check_crash_plan(crash_at: tuple[int, int, int] | None, epochs: int, steps: int) -> None:
+    """A crash that can never happen would let a demonstration pass for the wrong reason."""
+    if crash_at is None:
+        return
+    rank, epoch, step = crash_at
+    for name, value, limit in (
+        ("--crash_rank", rank, dist.get_world_size()),
+        ("--crash_epoch", epoch, epochs),
+        ("--crash_step", step, steps),
+    ):
+        if value >= limit:
+            log0(f"{name} {value} never happens: it must be below {limit}; launch it as: {LAUNCH}")
+            dist.destroy_process_group()
+            raise SystemExit(2)
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def natural_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return int(text)
+
+
+if __name__ == "__main__":
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("total_epochs", type=positive_int, help="how many epochs to train")
+    parser.add_argument("save_every", type=positive_int, help="save a snapshot every N epochs")
+    parser.add_argument(
+        "--batch_size", type=positive_int, default=32, help="samples per step per process"
+    )
+    parser.add_argument(
+        "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
+    )
+    crash = parser.add_argument_group("failure injection (once per job: not after a restart)")
+    crash.add_argument("--crash_epoch", type=natural_int, help="epoch at which a worker dies")
+    crash.add_argument("--crash_step", type=natural_int, default=0, help="step of that epoch")
+    crash.add_argument("--crash_rank", type=natural_int, default=0, help="global rank that dies")
+    args = parser.parse_args()
+    crash_at = None
+    if args.crash_epoch is not None:
+        crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)
+    main(args.total_epochs, args.save_every, args.batch_size, args.snapshot_path, crash_at)
