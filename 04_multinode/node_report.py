@@ -1,0 +1,72 @@
+"""Lesson 04: who is who in a job of several nodes.
+
+Every process reports the node it runs on (hostname, torchrun's node rank), its
+local rank (which picks its device on that node) and its global rank (which
+names it in the whole job), and the address its hostname resolves to: gloo
+listens there unless GLOO_SOCKET_IFNAME names a network interface. Then one
+all_reduce of the global ranks proves that every process can reach every other.
+
+Launch it as two nodes on one machine, one command per node (in two terminals),
+with PORT a free port:
+
+    torchrun --nnodes=2 --node_rank=0 --nproc_per_node=2 --rdzv_backend=c10d \\
+        --rdzv_endpoint=127.0.0.1:PORT --rdzv_id=demo node_report.py
+    torchrun --nnodes=2 --node_rank=1 --nproc_per_node=2 --rdzv_backend=c10d \\
+        --rdzv_endpoint=127.0.0.1:PORT --rdzv_id=demo node_report.py
+
+`--timeout S` (default 60) bounds, in seconds, how long the processes wait for
+each other: a connection that cannot be made fails after S seconds, not 30 minutes.
+"""
+
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from common.cli import LessonArgumentParser
+from common.distributed import backend_for, device_for, log, log0, torchrun_env
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 node_report.py"
+
+
+def resolved_address(hostname: str) -> str:
+    try:
+        return socket.gethostbyname(hostname)
+    except OSError as error:
+        return f"unresolved ({error})"
+
+
+def main() -> None:
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the other processes"
+    )
+    args = parser.parse_args()
+    if args.timeout <= 0:
+        parser.error(f"--timeout must be positive, not {args.timeout:g}")
+    local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    node_rank = int(os.environ.get("GROUP_RANK", 0))  # torchrun's number for this node
+
+    device = device_for(local_rank)
+    hostname = socket.gethostname()
+    log(
+        f"host={hostname} node_rank={node_rank} local_rank={local_rank} "
+        f"rank={global_rank} world_size={world_size} device={device} "
+        f"hostname_resolves_to={resolved_address(hostname)} "
+        f"GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '(unset)')}"
+    )
+    dist.init_process_group(
+        backend=backend_for(device.type), timeout=timedelta(seconds=args.timeout)
+    )
+    # The first collective makes gloo connect every pair of processes.
+    value = torch.tensor([float(global_rank)], device=device)
+    dist.all_reduce(value)
+    expected = world_size * (world_size - 1) // 2
+    log0(f"all_reduce(SUM) of the ranks = {value.item():g} (expected {expected})")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

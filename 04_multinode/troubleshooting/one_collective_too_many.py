@@ -1,0 +1,70 @@
+"""Lesson 04, troubleshooting: one rank calls one collective too many, and the job hangs.
+
+Every rank runs the same training loop, but the last rank also all-reduces a metric
+"for its log" after epoch 1. The others do not: they go on to the next epoch's
+all_reduce, then to the barrier at the end. The extra call is matched with a call
+meant for something else, the collectives drift out of step, and someone waits
+forever for a partner that never comes. Three ways to see it, each with a short
+timeout instead of gloo's default of 30 minutes:
+
+    torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5
+        # the hang, ended by the timeout: an error that names no culprit
+    TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun --standalone --nproc_per_node=2 \\
+        one_collective_too_many.py --timeout 5
+        # every collective is checked first: the mismatch is named, with both calls
+    torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5 \\
+        --monitored_barrier
+        # rank 0 waits at a monitored barrier that names the rank that never came
+
+`--fixed` removes the extra collective: the job then ends normally.
+"""
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from common.cli import LessonArgumentParser
+from common.distributed import log, log0, torchrun_env
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5"
+EPOCHS = 3
+
+
+def main() -> None:
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds before giving up")
+    parser.add_argument(
+        "--monitored_barrier",
+        action="store_true",
+        help="every rank checks in at a monitored barrier after each epoch",
+    )
+    parser.add_argument("--fixed", action="store_true", help="without the extra collective")
+    args = parser.parse_args()
+    if args.timeout <= 0:
+        parser.error(f"--timeout must be positive, not {args.timeout:g}")
+    _, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    dist.init_process_group(backend="gloo", timeout=timedelta(seconds=args.timeout))
+    last = world_size - 1
+
+    for epoch in range(EPOCHS):
+        loss = torch.tensor([1.0 / (epoch + 1)])
+        dist.all_reduce(loss)  # every rank: the epoch's loss, summed over ranks
+        log0(f"epoch {epoch} | loss {loss.item() / world_size:.4f}")
+        if epoch == 1 and global_rank == last and not args.fixed:
+            log(f"epoch {epoch} | one more all_reduce, on rank {last} only")
+            metric = torch.tensor([float(epoch), 1.0])  # (sum, count) of some metric
+            dist.all_reduce(metric)  # the bug: no other rank makes this call
+        if args.monitored_barrier:
+            # Every rank checks in at the end of each epoch. Unlike barrier(), it
+            # names the ranks that did not arrive (gloo only; slow, since rank 0
+            # talks to every rank in turn: a tool for debugging, not for production).
+            dist.monitored_barrier(timeout=timedelta(seconds=args.timeout))
+
+    dist.barrier()
+    log(f"done, {EPOCHS} epochs")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

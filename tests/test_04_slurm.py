@@ -1,0 +1,105 @@
+"""Lesson 04: a real two-node Slurm cluster on this machine runs the lesson's sbatch
+script unchanged, reports a failed job as a failure, and leaves no daemon, job
+process or folder behind, even when a job is still running at the end.
+
+As root, the suite installs Debian's slurm-wlm pieces and munge when they are missing
+(CI starts on a fresh machine); otherwise, or if the install fails, it skips and says
+why."""
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, is_gone
+
+from common import slurm
+from common.launch import CommandFailed
+
+LESSON = REPO / "04_multinode"
+SBATCH = LESSON / "slurm" / "multinode.sbatch"
+
+
+@pytest.fixture(scope="session")
+def slurm_installed():
+    reason = slurm.ensure_installed()
+    if reason:
+        pytest.skip(reason)
+
+
+def test_the_sbatch_script_trains_on_two_nodes(slurm_installed, tmp_path):
+    output = slurm.run_sbatch(
+        SBATCH,
+        "4",
+        "2",
+        cwd=LESSON,
+        workdir=tmp_path,
+        export={"NPROC_PER_NODE": "1"},
+        timeout=180,
+    )
+    assert re.search(r"nodes node\[1-2\], head node node1 \(127\.0\.0\.1\)", output), output
+    # One torchrun per node, met at one rendezvous: two ranks, one on each node.
+    assert "node=0 local_rank=0 rank=0 world_size=2" in output, output
+    assert "node=1 local_rank=0 rank=1 world_size=2" in output, output
+    assert "[rank0] training finished: 4 epochs" in output
+    assert (tmp_path / "snapshot.pt").exists()  # the job ran in its --chdir folder
+    assert not list(LESSON.glob("*.out"))  # and wrote nothing into the lesson
+
+
+def test_a_failing_job_fails(slurm_installed, tmp_path):
+    script = tmp_path / "fail.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\necho about to fail\nexit 3\n")
+    with pytest.raises(CommandFailed, match=r"ended FAILED \(exit code 3:0\)") as failure:
+        slurm.run_sbatch(script, cwd=tmp_path, timeout=60)
+    assert "about to fail" in failure.value.output
+
+
+def test_nothing_is_left_running_even_with_a_job_in_flight(slurm_installed, tmp_path):
+    script = tmp_path / "forever.sbatch"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
+        "srun bash -c 'echo task pid=$$ on $SLURMD_NODENAME; exec sleep 600'\n"
+    )
+    with slurm.LocalCluster() as cluster:
+        folder = cluster.folder
+        daemons = cluster.pids()
+        assert len(daemons) >= 4  # munged, slurmctld, two slurmd (and slurmctld's helper)
+        job_id = cluster.sbatch(script, cwd=tmp_path, options=[f"--chdir={tmp_path}"])
+        out = tmp_path / f"slurm-{job_id}.out"
+        deadline = time.monotonic() + 60
+        while len(re.findall(r"task pid=\d+", out.read_text() if out.exists() else "")) < 2:
+            assert time.monotonic() < deadline, cluster.logs()
+            time.sleep(0.1)  # until both tasks have printed their pid
+        tasks = [int(pid) for pid in re.findall(r"task pid=(\d+)", out.read_text())]
+        assert cluster.job(job_id)["JobState"] == "RUNNING"
+        in_flight = cluster.pids()
+        assert set(tasks) <= set(in_flight)
+        # slurmstepd: the batch step, and the srun step on each node.
+        assert len(cluster.step_daemon_pids()) >= 3
+    assert not folder.exists()
+    assert all(is_gone(pid) for pid in in_flight), [p for p in in_flight if not is_gone(p)]
+
+
+def test_without_root_it_says_why(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    reason = slurm.why_unavailable()
+    assert reason.startswith("a local Slurm cluster needs root")
+    assert slurm.ensure_installed() == reason  # and installs nothing
+
+
+def test_missing_programs_are_named(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(slurm, "program", lambda name: None if name == "slurmd" else "/x")
+    assert slurm.why_unavailable() == (
+        "Slurm is not installed (slurmd not found); install it with "
+        "`apt-get install slurmctld slurmd slurm-client munge`"
+    )
+
+
+def test_the_sbatch_script_refuses_a_wrong_folder(slurm_installed, tmp_path):
+    with pytest.raises(CommandFailed) as failure:
+        slurm.run_sbatch(SBATCH, cwd=tmp_path, timeout=60)
+    assert f"{Path(tmp_path) / 'multinode.py'} not found; submit from the lesson folder" in (
+        failure.value.output
+    )
