@@ -1,0 +1,158 @@
+"""Lesson 05: train a small GPT with DDP, end to end, on text that ships with Python.
+
+Launch it (from any folder, with the path to this file; snapshots and metrics go to
+the current folder):
+
+    torchrun --standalone --nproc_per_node=2 main.py
+    torchrun --standalone --nproc_per_node=2 main.py trainer.max_epochs=1 model.n_layer=2
+    torchrun --standalone --nproc_per_node=2 main.py --data input.txt   # any UTF-8 text
+    torchrun --standalone --nproc_per_node=2 --max-restarts=1 main.py --crash_epoch 1 --crash_step 5
+
+Settings come from train_cfg.yaml beside this file (or --config FILE), then from
+`section.name=value` overrides; rank 0 prints them all. On a cluster, the same
+script runs under Slurm: see slurm/sbatch_run.sh.
+
+`--crash_epoch E --crash_step S [--crash_rank R]` (as in lesson 03, counted from 0)
+kills rank R hard at step S of epoch E, in the first attempt only: torchrun restarts
+the group (it needs --max-restarts) and training resumes from the last snapshot,
+ending with the same weights as a run that never crashed.
+"""
+
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from char_dataset import DataError, build_datasets
+from config import ConfigError, describe, load_config
+from model import GPT, GPTShape
+from trainer import Trainer
+
+from common.cli import LessonArgumentParser
+from common.distributed import backend_for, current_rank, device_for, log0, torchrun_env
+from common.snapshot import SnapshotError
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 main.py"
+HERE = Path(__file__).resolve().parent
+
+
+def parse_arguments():
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("overrides", nargs="*", help="settings as section.name=value")
+    parser.add_argument("--config", default=str(HERE / "train_cfg.yaml"), help="a YAML file")
+    parser.add_argument("--data", help="a UTF-8 text file (default: pydoc_data.topics)")
+    crash = parser.add_argument_group("failure injection (once per job: not after a restart)")
+    crash.add_argument("--crash_epoch", type=int, help="epoch at which a worker dies (from 0)")
+    crash.add_argument("--crash_step", type=int, default=0, help="step of that epoch (from 0)")
+    crash.add_argument("--crash_rank", type=int, default=0, help="global rank that dies")
+    return parser, parser.parse_args()
+
+
+def fail(parser: LessonArgumentParser, message: str):
+    """One line, from rank 0 only: every rank hits the same error with the same input."""
+    if current_rank() == 0:
+        parser.error(message)
+    raise SystemExit(2)
+
+
+def join_process_group(backend: str, global_rank: int, world_size: int) -> None:
+    """init_process_group, made safe for torchrun's restarts.
+
+    torchrun (2.x) keeps one key-value store for every restart of the group, so the
+    addresses that the crashed attempt's processes published are still there; a new
+    process that reads one before its peer overwrites it dials a dead port, and the
+    restart fails or hangs at random. Keys prefixed with the attempt number cannot be
+    stale.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group(backend=backend)
+        return
+    agent_store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False
+    )
+    store = dist.PrefixStore(f"attempt{attempt}", agent_store)
+    dist.init_process_group(backend=backend, store=store, rank=global_rank, world_size=world_size)
+
+
+def main():
+    parser, args = parse_arguments()
+    try:
+        config = load_config(args.config, args.overrides)
+        if args.data is not None:
+            config.data.path = args.data
+        dataset, train_set, val_set, source = build_datasets(
+            config.data.path,
+            config.data.block_size,
+            config.data.val_fraction,
+            config.data.split_seed,
+        )
+        dataset.encode(config.trainer.sample_prompt)  # fails now, not after the training
+    except (ConfigError, DataError) as error:
+        fail(parser, str(error))
+    local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    crash_at = None
+    if args.crash_epoch is not None:
+        crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)
+
+    device = device_for(local_rank)
+    join_process_group(backend_for(device.type), global_rank, world_size)
+    for line in describe(config):
+        log0(f"config {line}")
+    log0(
+        f"data: {source}, {len(dataset.data):,} characters, {dataset.vocab_size} distinct; "
+        f"{len(train_set)} training and {len(val_set)} validation chunks of "
+        f"{config.data.block_size}; world of {world_size} on {device.type} ({dist.get_backend()})"
+    )
+
+    # The same seed on every rank builds the same initial weights (DDP would broadcast
+    # rank 0's anyway); then each rank gets a random stream of its own for dropout.
+    torch.manual_seed(config.trainer.seed)
+    shape = GPTShape(
+        vocab_size=dataset.vocab_size,
+        block_size=config.data.block_size,
+        n_layer=config.model.n_layer,
+        n_head=config.model.n_head,
+        n_embd=config.model.n_embd,
+        dropout=config.model.dropout,
+    )
+    model = GPT(shape)
+    torch.manual_seed(config.trainer.seed + global_rank)
+    log0(f"model: {sum(p.numel() for p in model.parameters()):,} parameters")
+    opt = config.optimizer
+    optimizer = torch.optim.AdamW(
+        model.optimizer_groups(opt.weight_decay), lr=opt.lr, betas=(opt.beta1, opt.beta2)
+    )
+    try:
+        trainer = Trainer(
+            config, model, optimizer, dataset, train_set, val_set, device,
+            local_rank, global_rank, world_size, crash_at,
+        )  # fmt: skip
+    except SnapshotError as error:
+        fail(parser, str(error))
+    if crash_at and not (
+        0 <= crash_at[0] < world_size
+        and 0 <= crash_at[1] < config.trainer.max_epochs
+        and 0 <= crash_at[2] < trainer.steps_per_epoch
+    ):
+        # A crash that never happens would let a demonstration pass for the wrong reason.
+        fail(
+            parser,
+            f"--crash_rank {crash_at[0]} --crash_epoch {crash_at[1]} --crash_step {crash_at[2]} "
+            f"never happens: ranks are 0 to {world_size - 1}, epochs 0 to "
+            f"{config.trainer.max_epochs - 1}, steps 0 to {trainer.steps_per_epoch - 1}",
+        )
+    trainer.train()
+
+    if global_rank == 0 and config.trainer.sample_chars:
+        text = trainer.sample()
+        log0("sample:")
+        for line in text.splitlines():
+            log0(f"| {line}")
+    dist.destroy_process_group()
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        log0(f"finished after {os.environ['TORCHELASTIC_RESTART_COUNT']} restart(s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+#!/bin/bash
+# Lesson 05 on a Slurm cluster: the same main.py, one torchrun per node, the nodes
+# meeting at a c10d rendezvous on the job's first node.
+#
+#   sbatch slurm/sbatch_run.sh                        # from 05_mingpt/ (or the repo root)
+#   sbatch --nodes=4 slurm/sbatch_run.sh trainer.max_epochs=10 model.n_layer=8
+#   NPROC_PER_NODE=8 sbatch slurm/sbatch_run.sh       # processes per node (default:
+#                                                     # the node's GPUs, else 2)
+#
+# Arguments after the script name go to main.py. Snapshots and metrics are written to
+# the folder you submit from: it must be on a filesystem that every node sees, since
+# global rank 0 writes the snapshot and every rank reads it on a restart (lesson 04).
+#
+#SBATCH --job-name=mingpt-ddp
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=00:30:00
+#SBATCH --output=%x-%j.out
+
+set -euo pipefail
+
+# Slurm runs a copy of this file from its spool folder, so find main.py from the
+# folder the job was submitted from, not from this file's path.
+cd "${SLURM_SUBMIT_DIR:-.}"
+if [[ -f main.py && -f model.py ]]; then
+    main=main.py
+elif [[ -f 05_mingpt/main.py ]]; then
+    main=05_mingpt/main.py
+else
+    echo "sbatch_run.sh: no main.py in $(pwd) or $(pwd)/05_mingpt; submit the job from the lesson folder or the repository root" >&2
+    exit 2
+fi
+
+python=${PYTHON:-python3}
+nproc_per_node=${NPROC_PER_NODE:-${SLURM_GPUS_ON_NODE:-2}}
+max_restarts=${MAX_RESTARTS:-1}
+head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# This script runs on the first node of the allocation, the head node: ask its kernel
+# for a port that is free there now, instead of a fixed number that another job on
+# the same node may hold. (torchrun's rendezvous binds it a moment later.)
+port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+
+echo "job $SLURM_JOB_ID: $SLURM_NNODES node(s) x $nproc_per_node process(es), rendezvous at $head_node:$port"
+srun --ntasks-per-node=1 "${TORCHRUN:-torchrun}" \
+    --nnodes="$SLURM_NNODES" \
+    --nproc_per_node="$nproc_per_node" \
+    --max-restarts="$max_restarts" \
+    --rdzv_id="$SLURM_JOB_ID" \
+    --rdzv_backend=c10d \
+    --rdzv_endpoint="$head_node:$port" \
+    "$main" "$@"

@@ -1,0 +1,194 @@
+"""Lesson 05, in one process: the GPT is causal, initialised and grouped as the lesson
+says, samples reproducibly; the config and the data refuse bad input in one line."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import PYTHON, REPO
+
+LESSON = REPO / "05_mingpt"
+MAIN = LESSON / "main.py"
+sys.path.insert(0, str(LESSON))
+
+import char_dataset  # noqa: E402
+import model as gpt  # noqa: E402
+from config import ConfigError, load_config  # noqa: E402
+
+CONFIG = LESSON / "train_cfg.yaml"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These models are tiny: a second thread only adds waiting at every operation, and
+    with tests running in parallel it fights the other worker for the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def small_gpt(seed: int = 0, **changes) -> gpt.GPT:
+    torch.manual_seed(seed)
+    shape = dict(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_embd=32, dropout=0.0)
+    return gpt.GPT(gpt.GPTShape(**(shape | changes))).eval()
+
+
+def future_changes_past_logits(model: gpt.GPT, position: int) -> tuple[float, float]:
+    """(largest change of the logits at positions <= `position`, and after it) when
+    every token after `position` is replaced."""
+    generator = torch.Generator().manual_seed(position)
+    tokens = torch.randint(0, 50, (3, 32), generator=generator)
+    changed = tokens.clone()
+    changed[:, position + 1 :] = (tokens[:, position + 1 :] + 7) % 50
+    with torch.no_grad():
+        before, _ = model(tokens)
+        after, _ = model(changed)
+    past = (before[:, : position + 1] - after[:, : position + 1]).abs().max().item()
+    future = (before[:, position + 1 :] - after[:, position + 1 :]).abs().max().item()
+    return past, future
+
+
+@pytest.mark.parametrize("position", [0, 5, 17, 30])
+def test_changing_the_future_leaves_the_past_logits_unchanged(position):
+    past, future = future_changes_past_logits(small_gpt(), position)
+    assert past == 0.0, f"logits up to position {position} moved by {past}"
+    assert future > 1e-3  # the change was real: the positions that may see it did
+
+
+def test_the_causality_check_catches_attention_that_sees_the_future(monkeypatch):
+    """The check above would fail on a model that leaks: attention without the mask."""
+
+    attention = F.scaled_dot_product_attention
+
+    def leaky(q, k, v, is_causal, dropout_p):
+        return attention(q, k, v, is_causal=False, dropout_p=dropout_p)
+
+    monkeypatch.setattr(gpt.F, "scaled_dot_product_attention", leaky)
+    past, _ = future_changes_past_logits(small_gpt(), 5)
+    assert past > 1e-3
+
+
+def test_initial_loss_is_that_of_a_uniform_guess_and_projections_are_scaled():
+    model = small_gpt(n_layer=4, n_embd=64)
+    tokens = torch.randint(0, 50, (8, 32), generator=torch.Generator().manual_seed(1))
+    _, loss = model(tokens, tokens)
+    assert abs(loss.item() - math.log(50)) < 0.05  # small weights: nearly uniform logits
+    for name, parameter in model.named_parameters():
+        if name.endswith("proj.weight"):
+            assert abs(parameter.std().item() - 0.02 / math.sqrt(2 * 4)) < 0.002, name
+        elif name.endswith("bias") and "ln" not in name:
+            assert torch.count_nonzero(parameter) == 0, name
+
+
+def test_weight_decay_applies_to_linear_matrices_only():
+    model = small_gpt()
+    decay, no_decay = model.optimizer_groups(weight_decay=0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = sorted(names[id(p)] for p in decay["params"])
+    not_decayed = {names[id(p)] for p in no_decay["params"]}
+    assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.1, 0.0)
+    assert len(decayed) + len(not_decayed) == len(names)  # every parameter, exactly once
+    linear = sorted(
+        f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+    )
+    assert decayed == linear and len(linear) == 2 * 4 + 1  # qkv, proj, fc, proj; lm_head
+    assert {"token_embedding.weight", "position_embedding.weight", "ln_f.weight"} <= not_decayed
+
+
+def test_generate_is_reproducible_and_top_1_is_greedy():
+    model = small_gpt()
+    prompt = torch.tensor([[1, 2, 3]])
+
+    def sample(seed, **options):
+        return model.generate(prompt, 40, generator=torch.Generator().manual_seed(seed), **options)
+
+    assert sample(0).shape == (1, 43) and torch.equal(sample(0)[:, :3], prompt)  # longer
+    assert torch.equal(sample(0), sample(0))  # than block_size: the context is cropped
+    assert not torch.equal(sample(0), sample(1))
+    greedy = prompt
+    for _ in range(40):
+        logits, _ = model(greedy[:, -32:])
+        greedy = torch.cat([greedy, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(sample(5, top_k=1), greedy)
+    assert torch.equal(sample(5, top_k=1, temperature=0.1), greedy)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        sample(0, temperature=0)
+
+
+def test_config_overrides_are_typed():
+    config = load_config(CONFIG, ["trainer.max_epochs=7", "optimizer.lr=1e-4", "optimizer.min_lr=0",
+                                  "trainer.mixed_precision=false", "trainer.sample_prompt=42",
+                                  "data.path=notes.txt"])  # fmt: skip
+    assert config.trainer.max_epochs == 7 and config.optimizer.lr == 1e-4
+    assert config.trainer.mixed_precision is False and config.trainer.sample_prompt == "42"
+    assert config.data.path == "notes.txt" and config.model.n_layer == 4  # from the YAML
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.max_epoch=3", "unknown setting 'trainer.max_epoch'; the settings of trainer"),
+        ("traner.max_epochs=3", "unknown setting 'traner.max_epochs'"),
+        ("model.n_head=0", "model.n_head=0 must be > 0"),
+        ("model.n_head=5", "model.n_embd=128 must be divisible by model.n_head=5"),
+        ("optimizer.lr=fast", "optimizer.lr='fast' is not a number"),
+        ("trainer.max_epochs=2.5", "trainer.max_epochs=2.5 is not an integer"),
+        ("model.dropout=1", "model.dropout=1.0 must be in [0, 1)"),
+        ("max_epochs", "must look like section.name=value"),
+    ],
+)
+def test_bad_settings_are_refused(override, message):
+    with pytest.raises(ConfigError, match=None) as error:
+        load_config(CONFIG, [override])
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_split_is_the_same_on_every_rank_and_holds_out_whole_chunks():
+    def split(seed):
+        _, train, val, _ = char_dataset.build_datasets(None, 64, 0.1, seed)
+        return list(train.indices), list(val.indices)
+
+    train, val = split(0)
+    assert (train, val) == split(0)  # what every rank computes for itself
+    assert split(1) != (train, val)
+    assert not set(train) & set(val) and len(train) + len(val) == (465_048 - 1) // 64
+    assert len(val) == int(0.1 * (len(train) + len(val)))
+
+
+def launch_error(tmp_path, *arguments) -> str:
+    """main.py started with bad input: exit status 2 and exactly one line on stderr."""
+    result = subprocess.run(
+        [PYTHON, MAIN, *arguments], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+    assert "launch it as: torchrun --standalone --nproc_per_node=2 main.py" in result.stderr
+    return result.stderr
+
+
+def test_bad_data_files_get_one_line(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "short.txt").write_text("to be or not to be\n" * 20)
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 ".encode("latin-1") * 1000)
+    assert "--data missing.txt: no such file" in launch_error(tmp_path, "--data", "missing.txt")
+    assert "--data empty.txt: the file is empty" in launch_error(tmp_path, "--data", "empty.txt")
+    assert "is too short: 380 characters make 5 chunks of 64" in launch_error(
+        tmp_path, "--data", "short.txt"
+    )
+    assert "not UTF-8 text (byte 3 cannot be decoded)" in launch_error(
+        tmp_path, "--data", "latin1.txt"
+    )
+
+
+def test_bad_settings_on_the_command_line_get_one_line(tmp_path):
+    assert "unknown setting 'trainer.max_epoch'" in launch_error(tmp_path, "trainer.max_epoch=3")
+
+
+def test_plain_python_says_how_to_launch_it(tmp_path):
+    result = subprocess.run([PYTHON, MAIN], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert "main.py must be started by torchrun" in result.stderr

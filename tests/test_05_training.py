@@ -1,0 +1,158 @@
+"""Lesson 05 under torchrun: a run that crashes mid-epoch and resumes ends with exactly
+the weights of a run that never crashed, the validation loss is the mean over every
+rank's shard, and a snapshot of another model is refused in one line."""
+
+import os
+import re
+import shutil
+import sys
+
+import torch
+from conftest import PYTHON, REPO
+from torch.utils.data import DistributedSampler
+
+from common.launch import run
+
+LESSON = REPO / "05_mingpt"
+MAIN = LESSON / "main.py"
+sys.path.insert(0, str(LESSON))
+
+import char_dataset  # noqa: E402
+import model as gpt  # noqa: E402
+
+# A tiny model on a short text: 42 steps per epoch, seconds per run. Dropout is on so
+# that the resume must restore every rank's random stream to replay exactly, and
+# mixed precision (bf16 on CPU) is on, as in the YAML.
+TINY = (
+    "model.n_layer=2 model.n_head=2 model.n_embd=32 model.dropout=0.1 data.block_size=32 "
+    "trainer.batch_size=8 trainer.max_epochs=3 trainer.log_every=10 trainer.eval_every=1000 "
+    "trainer.sample_chars=40"
+)
+VALIDATION = re.compile(r"\[rank0\] end of epoch (\d)/3: step \d+/\d+ validation loss ([\d.]+)")
+
+
+def write_text(folder):
+    text, _ = char_dataset.load_text(None)
+    path = folder / "text.txt"
+    path.write_text(text[:24_000], encoding="utf-8")
+    return path
+
+
+def train(folder, text, extra="", torchrun_options=""):
+    folder.mkdir()
+    return run(
+        f"torchrun --standalone --nproc_per_node=2 {torchrun_options} {MAIN} --data {text} "
+        f"{TINY} {extra}",
+        cwd=folder,
+        timeout=300,
+        quiet=True,
+    )
+
+
+def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(tmp_path):
+    text = write_text(tmp_path)
+    straight = train(tmp_path / "straight", text)
+    crashed = train(
+        tmp_path / "crashed",
+        text,
+        "--crash_rank 1 --crash_epoch 1 --crash_step 17",
+        "--max-restarts=1",
+    )
+
+    assert re.search(
+        r"\[rank1\] injected failure: pid \d+ kills itself at epoch 1 step 17", crashed
+    )
+    assert crashed.count("injected failure") == 1  # once: not again after the restart
+    assert "resuming from snapshot snapshot.pt: 1 epochs, 42 steps done" in crashed
+    assert "[rank0] finished after 1 restart(s)" in crashed
+    assert "injected failure" not in straight and "resuming" not in straight
+
+    final = [torch.load(tmp_path / name / "snapshot.pt") for name in ("straight", "crashed")]
+    assert final[0]["epochs_run"] == final[1]["epochs_run"] == 3
+    assert final[0]["step"] == final[1]["step"] == 3 * 42
+    for name, tensor in final[0]["model"].items():
+        assert torch.equal(tensor, final[1]["model"][name]), name
+    for index, state in final[0]["optimizer"]["state"].items():
+        for key, tensor in state.items():
+            assert torch.equal(tensor, final[1]["optimizer"]["state"][index][key]), (index, key)
+    # The same losses printed, and the same sample written at the end.
+    assert VALIDATION.findall(straight) == VALIDATION.findall(crashed)[-3:]
+    sample = re.compile(r"^\[rank0\] \| .*$", re.MULTILINE)
+    assert sample.findall(straight) == sample.findall(crashed) != []
+
+    # The validation loss printed is the mean over the whole validation set, not one
+    # rank's half of it: recompute both in this process from the final weights.
+    dataset, _, val_set, _ = char_dataset.build_datasets(str(text), 32, 0.1, 0)
+    shape = gpt.GPTShape(dataset.vocab_size, 32, n_layer=2, n_head=2, n_embd=32)
+    model = gpt.GPT(shape).eval()
+    model.load_state_dict(final[0]["model"])
+
+    def mean_loss(indices):
+        pairs = [val_set[i] for i in indices]
+        inputs, targets = (torch.stack([pair[k] for pair in pairs]) for k in (0, 1))
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(inputs, targets)[1].item()
+
+    printed = float(VALIDATION.findall(straight)[-1][1])
+    rank0_half = list(DistributedSampler(val_set, num_replicas=2, rank=0, shuffle=False))
+    assert abs(printed - mean_loss(range(len(val_set)))) < 2e-3
+    assert abs(printed - mean_loss(rank0_half)) > 2e-3  # so the check above means something
+
+
+def test_a_snapshot_of_another_model_is_refused_in_one_line(tmp_path):
+    text = write_text(tmp_path)
+    folder = tmp_path / "run"
+    train(folder, text, "trainer.max_epochs=1 trainer.sample_chars=0")
+    output = run(
+        f"torchrun --standalone --nproc_per_node=2 {MAIN} --data {text} {TINY} model.n_embd=64",
+        cwd=folder,
+        timeout=300,
+        quiet=True,
+        expect_failure=True,
+    )
+    lines = [line for line in output.splitlines() if "does not fit this model" in line]
+    assert len(lines) == 1, output  # from rank 0 only
+    assert lines[0].startswith("main.py: snapshot snapshot.pt does not fit this model (size")
+    assert "delete it to start from scratch" in lines[0]
+    assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output
+
+
+def test_the_sbatch_script_launches_main_py_through_srun_and_torchrun(tmp_path):
+    """Not Slurm itself (lesson 04's local cluster does that): stand-ins for `scontrol`
+    and `srun` show that the script finds main.py from the submit folder, picks a port,
+    and starts a c10d rendezvous that trains."""
+    lesson = tmp_path / "05_mingpt"
+    shutil.copytree(
+        LESSON, lesson, ignore=shutil.ignore_patterns("*.ipynb", "*.pt", "*.jsonl", "__pycache__")
+    )
+    text = write_text(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stubs = {
+        "scontrol": "echo localhost",  # `scontrol show hostnames`: the one node
+        "srun": 'shift; exec "$@"',  # drop --ntasks-per-node=1, run the command here
+        "torchrun": f'exec {PYTHON} -m torch.distributed.run "$@"',
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHON": PYTHON,
+        "SLURM_SUBMIT_DIR": str(lesson),
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_NNODES": "1",
+        "SLURM_JOB_ID": "4242",
+    }
+    output = run(
+        f"bash {lesson / 'slurm' / 'sbatch_run.sh'} --data {text} {TINY} trainer.max_epochs=1",
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+        quiet=True,
+    )
+    assert re.search(
+        r"job 4242: 1 node\(s\) x 2 process\(es\), rendezvous at localhost:\d+", output
+    )
+    assert "[rank0] end of epoch 1/1: step 42/42 validation loss" in output
+    assert (lesson / "snapshot.pt").exists()
