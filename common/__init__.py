@@ -9,6 +9,13 @@ what several lessons reuse).
 - `data`, `models`: the seeded synthetic dataset and the models trained on it
   (00_intro onwards).
 - `source`: show code in a notebook, read from the script files at run time.
+- `processes`: find and kill every process a command started (for `launch`).
+- `snapshot`: atomic snapshot writes, one-line errors for bad files (03, 04, 05).
+- `ring`, `ring_sim`, `viz`: the ring all-reduce, real and simulated, and its
+  figures (01_theory).
+- `slurm`, `netns`: a two-node Slurm cluster and two hosts in network namespaces,
+  both on this machine (04_multinode).
+- `setup_check`: can this machine run the course? (before 00_intro).
 - `build`: execute every notebook and render the course to `build/`.
 
 What a lesson is *about* (the DDP setup, the trainer) stays in the lesson's own
