@@ -19,7 +19,6 @@ veth pair, and the per-namespace files under /etc/netns.
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import uuid
@@ -29,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from common.launch import resolve
-from common.processes import GRACE_SECONDS
+from common.processes import terminate
 
 NETNS_ETC = Path("/etc/netns")  # `ip netns exec NAME` mounts /etc/netns/NAME/* over /etc/*
 INTERFACE = "eth0"
@@ -146,15 +145,7 @@ class HostPair:
                 alive.append(psutil.Process(int(pid)))
             except psutil.NoSuchProcess:
                 pass
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            for proc in alive:
-                try:
-                    proc.send_signal(signum)
-                except psutil.NoSuchProcess:
-                    pass
-            _, alive = psutil.wait_procs(alive, timeout=GRACE_SECONDS)
-            if not alive:
-                return
+        terminate(alive)
 
     def names(self) -> list[str]:
         return [host.namespace for host in self.hosts]

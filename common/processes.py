@@ -1,6 +1,7 @@
 """Find and kill every process a command started, however deep.
 
-Introduced in 00_intro; used by `common.launch` (and so by every lesson notebook).
+Introduced in 00_intro; used by `common.launch` (and so by every lesson notebook) and
+`common.netns`.
 
 torchrun starts each worker in a session of its own, and a worker whose launcher
 died is adopted by init, so neither the process group nor the parent-child tree
@@ -41,15 +42,20 @@ class ProcessTree:
         return found
 
     def kill(self) -> None:
-        """SIGTERM every member (torchrun then stops its workers cleanly), wait a
-        little, then SIGKILL whatever is still alive."""
-        alive = self.members()
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            for proc in alive:
-                try:
-                    proc.send_signal(signum)
-                except psutil.NoSuchProcess:
-                    pass
-            _, alive = psutil.wait_procs(alive, timeout=GRACE_SECONDS)
-            if not alive:
-                return
+        """End the command and everything it started."""
+        terminate(self.members())
+
+
+def terminate(processes: list[psutil.Process]) -> None:
+    """SIGTERM every process (torchrun then stops its workers cleanly), wait a
+    little, then SIGKILL whatever is still alive."""
+    alive = processes
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for proc in alive:
+            try:
+                proc.send_signal(signum)
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(alive, timeout=GRACE_SECONDS)
+        if not alive:
+            return
