@@ -16,7 +16,6 @@ Launch it (from any folder, with the path to this file):
 writes `checkpoint.pt` (the model's weights) to the current folder.
 """
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -27,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from common.cli import LessonArgumentParser
+from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import backend_for, device_for, device_type, log0
 from common.launch import free_port
@@ -149,12 +148,6 @@ def main(
     trainer = Trainer(model, train_data, optimizer, device, save_every)
     trainer.train(total_epochs)
     dist.destroy_process_group()
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ Launch it (from any folder, with the path to this file):
 It writes `checkpoint.pt` (the model's weights) to the current folder.
 """
 
-import argparse
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
-from common.cli import LessonArgumentParser
+from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import device_for, log
 from common.models import regression_model
@@ -102,12 +101,6 @@ def main(total_epochs: int, save_every: int, batch_size: int) -> None:
     train_data = prepare_dataloader(dataset, batch_size)
     trainer = Trainer(model, train_data, optimizer, device, save_every)
     trainer.train(total_epochs)
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
 
 
 if __name__ == "__main__":

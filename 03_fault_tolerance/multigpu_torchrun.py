@@ -46,7 +46,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from common.cli import LessonArgumentParser
+from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import backend_for, device_for, log, log0, torchrun_env
 from common.models import regression_model
@@ -233,12 +233,6 @@ def check_crash_plan(crash_at: tuple[int, int, int] | None, epochs: int, steps: 
             log0(f"{name} {value} never happens: it must be below {limit}; launch it as: {LAUNCH}")
             dist.destroy_process_group()
             raise SystemExit(2)
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return int(text)
 
 
 def natural_int(text: str) -> int:

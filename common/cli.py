@@ -22,3 +22,10 @@ class LessonArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):
         sys.stderr.write(f"{self.prog}: {message}; launch it as: {self.launch_hint}\n")
         sys.exit(2)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type for counts such as epochs and batch sizes: 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)

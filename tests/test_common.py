@@ -8,7 +8,7 @@ import torch
 from conftest import REPO
 
 from common import distributed
-from common.cli import LessonArgumentParser
+from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.models import regression_model
 from common.source import definition_text, diff_text
@@ -143,3 +143,17 @@ def test_source_reads_definitions_and_diffs(tmp_path):
     with pytest.raises(LookupError, match="no function or class named 'g'"):
         definition_text(old, "g")
     assert "def main" in definition_text(REPO / "00_intro" / "hello_torchrun.py", "main")
+
+
+def test_positive_int_refuses_zero_negatives_and_words_in_one_line(capsys):
+    parser = LessonArgumentParser(prog="train.py", launch_hint="python train.py 20 5")
+    parser.add_argument("total_epochs", type=positive_int)
+    assert parser.parse_args(["20"]).total_epochs == 20
+    for bad in ("0", "-3", "two"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([bad])
+        err = capsys.readouterr().err
+        assert err == (
+            f"train.py: argument total_epochs: {bad!r} is not a positive integer; "
+            "launch it as: python train.py 20 5\n"
+        )
