@@ -2,13 +2,11 @@
 the weights of a run that never crashed, the validation loss is the mean over every
 rank's shard, and a snapshot of another model is refused in one line."""
 
-import os
 import re
-import shutil
 import sys
 
 import torch
-from conftest import PYTHON, REPO
+from conftest import REPO
 from torch.utils.data import DistributedSampler
 
 from common.launch import run
@@ -115,44 +113,3 @@ def test_a_snapshot_of_another_model_is_refused_in_one_line(tmp_path):
     assert lines[0].startswith("main.py: snapshot snapshot.pt does not fit this model (size")
     assert "delete it to start from scratch" in lines[0]
     assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output
-
-
-def test_the_sbatch_script_launches_main_py_through_srun_and_torchrun(tmp_path):
-    """Not Slurm itself (lesson 04's local cluster does that): stand-ins for `scontrol`
-    and `srun` show that the script finds main.py from the submit folder, picks a port,
-    and starts a c10d rendezvous that trains."""
-    lesson = tmp_path / "05_mingpt"
-    shutil.copytree(
-        LESSON, lesson, ignore=shutil.ignore_patterns("*.ipynb", "*.pt", "*.jsonl", "__pycache__")
-    )
-    text = write_text(tmp_path)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    stubs = {
-        "scontrol": "echo localhost",  # `scontrol show hostnames`: the one node
-        "srun": 'shift; exec "$@"',  # drop --ntasks-per-node=1, run the command here
-        "torchrun": f'exec {PYTHON} -m torch.distributed.run "$@"',
-    }
-    for name, body in stubs.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    env = {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-        "PYTHON": PYTHON,
-        "SLURM_SUBMIT_DIR": str(lesson),
-        "SLURM_JOB_NODELIST": "localhost",
-        "SLURM_NNODES": "1",
-        "SLURM_JOB_ID": "4242",
-    }
-    output = run(
-        f"bash {lesson / 'slurm' / 'sbatch_run.sh'} --data {text} {TINY} trainer.max_epochs=1",
-        cwd=tmp_path,
-        env=env,
-        timeout=300,
-        quiet=True,
-    )
-    assert re.search(
-        r"job 4242: 1 node\(s\) x 2 process\(es\), rendezvous at localhost:\d+", output
-    )
-    assert "[rank0] end of epoch 1/1: step 42/42 validation loss" in output
-    assert (lesson / "snapshot.pt").exists()

@@ -34,18 +34,30 @@ fi
 python=${PYTHON:-python3}
 nproc_per_node=${NPROC_PER_NODE:-${SLURM_GPUS_ON_NODE:-2}}
 max_restarts=${MAX_RESTARTS:-1}
+# The head node is the first of the job's nodes (node[1-2] -> node1). The rendezvous
+# uses the address Slurm itself reaches it at, not its name: a node's name need not
+# resolve on the other nodes (nor on this machine's local test cluster).
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+head_node_addr=$(scontrol show node "$head_node" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
 # This script runs on the first node of the allocation, the head node: ask its kernel
 # for a port that is free there now, instead of a fixed number that another job on
 # the same node may hold. (torchrun's rendezvous binds it a moment later.)
 port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
 
-echo "job $SLURM_JOB_ID: $SLURM_NNODES node(s) x $nproc_per_node process(es), rendezvous at $head_node:$port"
+# When a worker dies, its node's torchrun restarts the group (--max-restarts) and the
+# other nodes' torchruns follow. By default they all keep one key-value store, old
+# keys included, and only the failed node counts a restart (main.py's
+# join_process_group tells attempts apart by that count): the new workers meet stale
+# addresses and never connect. A fresh store for every rendezvous round avoids it.
+# (srun passes this to the torchrun of every node.)
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+
+echo "job $SLURM_JOB_ID: $SLURM_NNODES node(s) x $nproc_per_node process(es), rendezvous at $head_node ($head_node_addr):$port"
 srun --ntasks-per-node=1 "${TORCHRUN:-torchrun}" \
     --nnodes="$SLURM_NNODES" \
     --nproc_per_node="$nproc_per_node" \
     --max-restarts="$max_restarts" \
     --rdzv_id="$SLURM_JOB_ID" \
     --rdzv_backend=c10d \
-    --rdzv_endpoint="$head_node:$port" \
+    --rdzv_endpoint="$head_node_addr:$port" \
     "$main" "$@"

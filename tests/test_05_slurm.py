@@ -1,0 +1,144 @@
+"""Lesson 05 under Slurm: `slurm/sbatch_run.sh`, unchanged, trains main.py on lesson
+04's real two-node Slurm cluster on this machine (one torchrun agent per node, two
+processes each, a world of four), and refuses a wrong submit folder in one line.
+
+The cluster needs root and Debian's Slurm packages (installed with apt-get when they
+are missing and we are root); without them the cluster test skips and says why."""
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import REPO
+
+from common import slurm
+
+LESSON = REPO / "05_mingpt"
+SBATCH = LESSON / "slurm" / "sbatch_run.sh"
+sys.path.insert(0, str(LESSON))
+
+import char_dataset  # noqa: E402
+
+# A tiny model on a short text, two epochs of 21 steps: the job trains in seconds.
+TINY = (
+    "model.n_layer=2 model.n_head=2 model.n_embd=32 data.block_size=32 trainer.batch_size=8 "
+    "trainer.max_epochs=2 trainer.log_every=5 trainer.eval_every=1000 trainer.sample_chars=40 "
+    "optimizer.warmup_steps=5"
+)
+# torchrun's agent logs (LOGLEVEL=INFO) what each rendezvous gave it, a field a line.
+AGENT_FIELD = re.compile(r"^I\S+ \S+ (\d+) \S+api\.py:\d+\]\s+(\w+)=(.*)$", re.MULTILINE)
+
+
+@pytest.fixture(scope="session")
+def slurm_installed():
+    reason = slurm.ensure_installed()
+    if reason:
+        pytest.skip(reason)
+
+
+def lesson_copy(folder):
+    """The lesson's files in a folder of their own: the job writes its snapshot,
+    metrics and output file into the folder it is submitted from."""
+    copy = folder / "05_mingpt"
+    shutil.copytree(
+        LESSON,
+        copy,
+        ignore=shutil.ignore_patterns("*.ipynb", "*.pt", "*.jsonl", "*.out", "__pycache__"),
+    )
+    return copy
+
+
+def rendezvous_results(output):
+    """{agent pid: [{field: value} for each rendezvous round]} from the agents' logs."""
+    results = {}
+    for pid, field, value in AGENT_FIELD.findall(output):
+        rounds = results.setdefault(pid, [])
+        if field == "restart_count":  # the first field of a round's report
+            rounds.append({})
+        if rounds:
+            rounds[-1][field] = value
+    return results
+
+
+def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
+    slurm_installed, tmp_path
+):
+    lesson = lesson_copy(tmp_path)
+    text, _ = char_dataset.load_text(None)
+    data = tmp_path / "text.txt"
+    data.write_text(text[:24_000], encoding="utf-8")
+    # Rank 3 dies in the second epoch. Its node's torchrun restarts the group
+    # (--max-restarts=1 in the script), the other node's follows, and all four ranks
+    # resume from rank 0's snapshot. Without a fresh rendezvous store per round (see
+    # the script) the new workers dial the dead ones' addresses and the job hangs.
+    crash = "--crash_rank 3 --crash_epoch 1 --crash_step 10"
+    output = slurm.run_sbatch(
+        SBATCH,
+        "--data",
+        str(data),
+        *f"{TINY} {crash}".split(),
+        cwd=lesson,
+        export={"LOGLEVEL": "INFO"},
+        timeout=240,
+    )
+
+    assert re.search(
+        r"job \d+: 2 node\(s\) x 2 process\(es\), rendezvous at node1 \(127\.0\.0\.1\):\d+",
+        output,
+    ), output
+    # Two agents, one per node, each starting two workers: ranks 0-1 and 2-3 of four,
+    # in the first attempt and again after the restart.
+    assert output.count("world of 4 on cpu (gloo)") == 2, output
+    results = rendezvous_results(output)
+    assert len(results) == 2 and all(len(rounds) == 2 for rounds in results.values()), results
+    for round_ in (0, 1):
+        layout = sorted(
+            (r["group_rank"], r["local_ranks"], r["global_ranks"], r["global_world_sizes"])
+            for r in (rounds[round_] for rounds in results.values())
+        )
+        assert layout == [
+            ("0", "[0, 1]", "[0, 1]", "[4, 4]"),
+            ("1", "[0, 1]", "[2, 3]", "[4, 4]"),
+        ], results
+
+    _, train_set, _, _ = char_dataset.build_datasets(str(data), 32, 0.1, 0)
+    steps = len(train_set) // (8 * 4)  # chunks over the global batch of 4 x 8
+    assert re.search(r"\[rank3\] injected failure: pid \d+ kills itself at epoch 1 step 10", output)
+    assert output.count("injected failure") == 1  # not again after the restart
+    for rank in range(4):
+        assert f"[rank{rank}] resuming from snapshot snapshot.pt: 1 epochs, {steps} steps" in output
+    assert f"[rank0] trained {steps} steps in" in output  # the second epoch, after the restart
+    assert "tokens/s over 4 process(es)" in output
+    assert "[rank0] sample:" in output
+
+    records = [json.loads(line) for line in (lesson / "metrics.jsonl").read_text().splitlines()]
+    val = [r for r in records if r["kind"] == "val"]
+    assert [r["step"] for r in val] == [0, steps, 2 * steps]
+    assert all(math.isfinite(r["loss"]) for r in records)
+    assert val[-1]["loss"] < val[0]["loss"] - 0.5  # it learned
+
+    snapshot = torch.load(lesson / "snapshot.pt")
+    assert (snapshot["epochs_run"], snapshot["step"]) == (2, 2 * steps)
+    assert len(snapshot["rng"]) == 4  # every rank's random state, gathered by rank 0
+    assert list(lesson.glob("mingpt-ddp-*.out"))  # the job's output file, beside them
+
+
+def test_the_sbatch_script_refuses_a_folder_without_main_py(tmp_path):
+    """No Slurm needed: the check comes before any Slurm command."""
+    result = subprocess.run(
+        ["bash", str(SBATCH)],
+        env={"PATH": "/usr/bin:/bin", "SLURM_SUBMIT_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"sbatch_run.sh: no main.py in {tmp_path} or {tmp_path}/05_mingpt; submit the job "
+        "from the lesson folder or the repository root\n"
+    )
