@@ -4,13 +4,17 @@
     .venv/bin/python -m common.build 00_intro     # some lessons
 
 For each lesson it writes `build/<lesson>/<notebook>.ipynb` (with outputs, to open
-in Jupyter) and `.html` (to read in a browser), plus `build/index.html` linking the
-lessons in order. A notebook that fails is reported and the command exits non-zero
+in Jupyter), `.html` (to read in a browser) and `.slides.html` (the slide deck, see
+`common.slides`), plus `build/index.html` linking the lessons in order. No page
+loads anything from the network; `python -m common.browser_check build/` proves it
+in a headless chromium. A notebook that fails is reported and the command exits non-zero
 once the others are built. Every cell has a time limit, as in CI.
 """
 
 import argparse
+import copy
 import html
+import re
 import sys
 import time
 from pathlib import Path
@@ -23,6 +27,8 @@ from nbconvert import HTMLExporter
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CELL_TIMEOUT_SECONDS = 240
+# matplotlib's animations link Font Awesome from a CDN for their buttons' icons.
+FONT_AWESOME = re.compile(r'<link[^>]*href="https?://[^"]*font-awesome[^"]*"[^>]*>')
 
 
 def lesson_notebooks(names: list[str]) -> list[Path]:
@@ -56,6 +62,10 @@ def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
     nbformat.write(nb, out_dir / notebook.name)
     body, _ = to_html(nb)
     (out_dir / notebook.with_suffix(".html").name).write_text(body, encoding="utf-8")
+    from common.slides import to_slides  # it builds on this module
+
+    deck = to_slides(copy.deepcopy(nb))
+    (out_dir / f"{notebook.stem}.slides.html").write_text(deck, encoding="utf-8")
     return ok, time.monotonic() - started
 
 
@@ -63,19 +73,36 @@ def to_html(nb) -> tuple[str, dict]:
     """A self-contained HTML page: outputs, figures and animations are inline, and the
     page loads nothing from the network (templates/offline)."""
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)])
-    return exporter.from_notebook_node(nb)
+    body, resources = exporter.from_notebook_node(nb)
+    return offline(body), resources
+
+
+def offline(page: str) -> str:
+    """`page` without the links that outputs make to a CDN, and their icons drawn
+    by our own style sheet instead (templates/animation-icons.css)."""
+    if not FONT_AWESOME.search(page):
+        return page
+    icons = (TEMPLATES / "animation-icons.css").read_text(encoding="utf-8")
+    page = FONT_AWESOME.sub("", page)
+    return page.replace("</head>", f'<style type="text/css">\n{icons}</style>\n</head>', 1)
 
 
 def write_index(built: list[tuple[Path, bool, float]], build_dir: Path) -> None:
-    rows = "\n".join(
-        f'<li><a href="{nb.parent.name}/{nb.stem}.html">{html.escape(nb.stem)}</a>'
-        f" ({seconds:.0f} s{'' if ok else ', FAILED'})</li>"
+    items = [
+        f'<a href="{nb.parent.name}/{nb.stem}.html">{html.escape(nb.stem)}</a>'
+        f" ({seconds:.0f} s{'' if ok else ', FAILED'})"
+        f' · <a href="{nb.parent.name}/{nb.stem}.slides.html">slides</a>'
         for nb, ok, seconds in built
-    )
-    (build_dir / "index.html").write_text(
-        "<!doctype html>\n<html><head><meta charset='utf-8'>"
-        "<title>DDP, by running it</title></head>\n<body><h1>DDP, by running it</h1>\n"
-        f"<p>The executed course, lesson by lesson.</p>\n<ol>\n{rows}\n</ol>\n</body></html>\n",
+    ]
+    write_list_page(build_dir / "index.html", "DDP, by running it", items)
+
+
+def write_list_page(path: Path, title: str, items: list[str]) -> None:
+    """A plain page: a heading and a numbered list of `items` (HTML)."""
+    rows = "\n".join(f"<li>{item}</li>" for item in items)
+    path.write_text(
+        f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{title}</title></head>\n"
+        f"<body><h1>{title}</h1>\n<ol>\n{rows}\n</ol>\n</body></html>\n",
         encoding="utf-8",
     )
 

@@ -21,7 +21,6 @@ The job sees the nodes as a real cluster would (`SLURM_JOB_NODELIST=node[1-2]`,
 this machine, so they share its filesystem and its cores.
 """
 
-import fcntl
 import os
 import random
 import re
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import psutil
 
+from common.apt import apt_install
 from common.launch import CommandFailed, CommandTimedOut, free_port
 from common.processes import ProcessTree
 
@@ -53,7 +53,6 @@ FINAL_STATES = (
     "DEADLINE",
     "PREEMPTED",
 )
-INSTALL_LOCK = Path(tempfile.gettempdir()) / "ddp-course-slurm-install.lock"
 
 
 def program(name: str) -> str | None:
@@ -97,27 +96,9 @@ def ensure_installed(timeout: float = 600) -> str | None:
     """
     if not is_root() or not missing_programs() or shutil.which("apt-get") is None:
         return why_unavailable()
-    with open(INSTALL_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if missing_programs():
-            print(f"installing {' '.join(PACKAGES)} with apt-get ...", flush=True)
-            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-            install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
-            # The package lists of a fresh machine may be empty or stale: update first.
-            for command in (["apt-get", "update", "-q"], install):
-                try:
-                    result = subprocess.run(
-                        [*command, "-o", "DPkg::Lock::Timeout=120"],
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        timeout=timeout,
-                    )
-                except subprocess.TimeoutExpired:
-                    return f"`{' '.join(command)}` did not finish within {timeout:g} s"
-                if result.returncode != 0:
-                    last = (result.stderr.strip() or result.stdout.strip()).splitlines()
-                    return f"`{' '.join(command)}` failed: {last[-1] if last else 'no output'}"
+    failure = apt_install(PACKAGES, lambda: bool(missing_programs()), timeout)
+    if failure:
+        return failure
     return why_unavailable()
 
 

@@ -20,3 +20,31 @@ def test_rendered_pages_fetch_nothing_from_the_network():
     # Resources the browser would fetch (links a reader may follow are fine).
     external = re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?://[^"]+)"', page)
     assert external == []
+
+
+def test_animations_are_rendered_without_their_cdn_icons():
+    # matplotlib's to_jshtml links Font Awesome from a CDN for its buttons.
+    import matplotlib
+
+    matplotlib.use("Agg")  # no screen
+    import matplotlib.pyplot as plt
+    from matplotlib.animation import FuncAnimation
+
+    fig, ax = plt.subplots()
+    animation = FuncAnimation(fig, lambda i: ax.set_title(str(i)), frames=2)
+    jshtml = animation.to_jshtml()
+    plt.close(fig)
+    assert "font-awesome" in jshtml  # what the build has to undo
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell("animation"))
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("display_data", data={"text/html": jshtml, "text/plain": ""})
+    ]
+
+    page, _ = to_html(nb)
+
+    assert 'class="anim-buttons"' in page  # the animation is there
+    assert (
+        re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?://[^"]+)"', page) == []
+    )
+    assert ".anim-buttons .fa-play::before" in page  # its icons, drawn without the font

@@ -1,0 +1,222 @@
+"""Coding exercises: check a learner's answer from a notebook cell.
+
+Used by the "Exercises" section of every lesson notebook, and by
+`tests/test_exercises.py`, which runs every check against the solutions.
+
+Each lesson folder has an `exercises/` folder:
+
+- `<name>.py`: the learner's file. It states the task and holds a function whose body
+  still says `raise NotImplementedError`: the TODO;
+- `checks.py`: one function per exercise, `<name>(path)`, which tries the file at
+  `path` and returns what it proved, or raises AssertionError saying what was
+  expected and what came back;
+- `solutions/<name>.py`: a worked answer.
+
+`exercises.check("02_multigpu", "accumulate")` (after `from common import exercises`)
+in a notebook prints one line:
+
+- `not attempted yet: ...` while the function still raises NotImplementedError (the
+  cell passes, so a notebook whose exercises are untouched still runs clean);
+- `correct: ...` when the answer passes the check;
+- and fails the cell with an AssertionError that says what is wrong otherwise.
+
+The learner's file is read afresh at every check, so an edit counts at once, with no
+kernel restart. Exercises that need a process group run the learner's function in a
+small gloo world on this machine (`run_in_world`).
+"""
+
+import importlib.util
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parent.parent
+# How long the processes of an exercise's world may take to start Python and torch.
+STARTUP_SECONDS = 120
+
+
+class NotAttempted(Exception):
+    """The learner's function still raises NotImplementedError."""
+
+    def __init__(self, function: str):
+        super().__init__(function)
+        self.function = function
+
+
+def exercise_path(lesson: str, name: str) -> Path:
+    """The learner's file of exercise `name` in lesson folder `lesson`."""
+    return REPO / lesson / "exercises" / f"{name}.py"
+
+
+def solution_path(lesson: str, name: str) -> Path:
+    return REPO / lesson / "exercises" / "solutions" / f"{name}.py"
+
+
+def load(path: str | Path) -> ModuleType:
+    """Import the file at `path` as a fresh module (never a cached copy)."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"exercise_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _raised_in(error: BaseException, path: Path) -> str:
+    """The name of the function of `path` that raised `error` (the innermost one)."""
+    names = [
+        frame.name
+        for frame in traceback.extract_tb(error.__traceback__)
+        if Path(frame.filename).resolve() == path.resolve()
+    ]
+    return names[-1] if names else "?"
+
+
+def evaluate(lesson: str, name: str, path: str | Path | None = None) -> str:
+    """Run exercise `name`'s check on the file at `path` (default: the learner's file)
+    and return the one-line verdict. Raises AssertionError when the answer is wrong."""
+    path = Path(path) if path is not None else exercise_path(lesson, name)
+    checks = load(REPO / lesson / "exercises" / "checks.py")
+    try:
+        proved = getattr(checks, name)(path)
+    except NotImplementedError as error:
+        function = _raised_in(error, path)
+    except NotAttempted as error:
+        function = error.function
+    else:
+        return f"correct: {proved}"
+    return f"not attempted yet: edit exercises/{name}.py (the TODO in {function})"
+
+
+def check(lesson: str, name: str) -> None:
+    """The notebook's check cell: print the verdict on the learner's answer."""
+    print(evaluate(lesson, name))
+
+
+# -- a gloo world for exercises that need a process group ------------------------------
+
+
+def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeout, answer):
+    """One process of the world (`python -m common.exercises ...`): run the check's
+    runner on the learner's module and write (kind, value) to the file `answer`."""
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)  # N processes share the cores
+    try:
+        # Wait for every process to have started Python and torch (slow on a busy
+        # machine) before the clock of `timeout` starts: it is for the exercise.
+        rendezvous = dist.FileStore(store, world_size)
+        rendezvous.set_timeout(timedelta(seconds=STARTUP_SECONDS))
+        rendezvous.set(f"started/{rank}", "yes")
+        rendezvous.wait([f"started/{other}" for other in range(world_size)])
+        dist.init_process_group(
+            "gloo",
+            store=rendezvous,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout),
+        )
+        outcome = ("result", getattr(load(runner_file), runner_name)(load(path)))
+    except NotImplementedError as error:
+        outcome = ("not attempted", _raised_in(error, Path(path)))
+    except Exception as error:
+        outcome = ("error", "".join(traceback.format_exception(error)).rstrip())
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    partial = Path(f"{answer}.partial")
+    partial.write_bytes(pickle.dumps(outcome))
+    os.replace(partial, answer)  # the parent never reads half an answer
+
+
+def run_in_world(
+    path: str | Path, runner: tuple[str, str], world_size: int = 2, timeout: float = 30
+) -> list:
+    """Run the learner's file at `path` in each process of a fresh gloo world of
+    `world_size` processes on this machine, and return each rank's result, in rank order.
+
+    `runner` is (file, function name) of the check's function that runs in each
+    process: it gets the learner's module, calls the learner's function, and returns
+    what the check needs (a picklable value).
+    Raises NotAttempted if the learner's function still raises NotImplementedError,
+    and AssertionError (with the worker's traceback) if it raised anything else, or
+    did not return within `timeout` seconds. Every process has ended when this returns.
+    """
+    with tempfile.TemporaryDirectory(prefix="exercise-") as folder:
+        store = Path(folder, "store")  # the rendezvous is a file: no port to pick
+        answers = [Path(folder, f"rank{rank}.pickle") for rank in range(world_size)]
+        logs = [Path(folder, f"rank{rank}.log") for rank in range(world_size)]
+        workers = []
+        try:
+            for rank in range(world_size):
+                with open(logs[rank], "w") as log:
+                    command = [sys.executable, "-m", "common.exercises", str(runner[0])]
+                    command += [runner[1], str(path), str(rank), str(world_size), str(store)]
+                    command += [str(timeout), str(answers[rank])]
+                    workers.append(
+                        subprocess.Popen(
+                            command,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                        )
+                    )
+            results = _collect(workers, answers, logs, timeout)
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.kill()
+                worker.wait()
+    return results
+
+
+def _collect(workers, answers, logs, timeout) -> list:
+    """Wait for every worker's answer; stop at the first one that failed."""
+    deadline = time.monotonic() + STARTUP_SECONDS + timeout
+    results: dict[int, object] = {}
+    while len(results) < len(workers):
+        for rank, worker in enumerate(workers):
+            if rank in results or worker.poll() is None:
+                continue
+            if not answers[rank].exists():
+                output = logs[rank].read_text(errors="replace").strip()[-3000:]
+                raise AssertionError(
+                    f"rank {rank} of the exercise's world exited with status "
+                    f"{worker.returncode} without an answer:\n{output}"
+                )
+            kind, value = pickle.loads(answers[rank].read_bytes())
+            if kind == "not attempted":
+                raise NotAttempted(value)
+            if kind == "error":
+                raise AssertionError(f"the exercise failed on rank {rank}:\n{value}")
+            results[rank] = value
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"the exercise did not finish on every rank within {timeout:g} s "
+                f"(ranks that finished: {sorted(results)}); does every rank make the "
+                "same collective calls, in the same order?"
+            )
+        time.sleep(0.05)  # waiting for processes to end; nothing to be notified by
+    return [results[rank] for rank in range(len(workers))]
+
+
+if __name__ == "__main__":
+    runner_file, runner_name, path, rank, world_size, store, timeout, answer = sys.argv[1:]
+    _world_worker(
+        runner_file,
+        runner_name,
+        path,
+        int(rank),
+        int(world_size),
+        store,
+        float(timeout),
+        answer,
+    )

@@ -1,0 +1,149 @@
+"""Slides: the rule that picks the cells of the talk, and every lesson's deck built
+from it (a slide per heading, skipped cells absent, nothing fetched from the network)."""
+
+import html
+import re
+import subprocess
+from html.parser import HTMLParser
+
+import nbformat
+import pytest
+from conftest import PYTHON, REPO
+
+from common.build import lesson_notebooks
+from common.slides import slide_types, to_slides
+
+SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
+
+
+def test_the_rule():
+    cells = [
+        ("md", "# 00 · Title\n\nWhat you will learn"),
+        ("code", "import os\nfrom pathlib import (\n    Path,\n)\n"),
+        ("md", "Some story"),
+        ("code", 'import re\n\nrun("torchrun ...")'),
+        ("md", "## A section"),
+        ("md", "### A topic"),
+        ("code", "# a comment first\nassert check()"),
+        ("md", "## Summary\n\n...\n\n## Exercises\n\n1. ...\n\n## Solutions\n\n**1.** ..."),
+        ("code", "solution()"),
+        ("md", "**2.** ..."),
+    ]
+    assert slide_types(cells) == [
+        "slide",
+        "skip",  # imports only: boilerplate
+        "-",
+        "-",  # imports, then a launch: shown
+        "slide",
+        "subslide",
+        "-",
+        "slide",
+        "skip",  # after the Solutions heading
+        "skip",
+    ]
+
+
+def test_a_solutions_heading_skips_until_the_end():
+    cells = [("md", "## Solutions"), ("code", "x = 1"), ("md", "## Not a new start")]
+    assert slide_types(cells) == ["skip", "skip", "skip"]
+
+
+@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
+def test_every_lesson_cell_carries_slide_metadata(notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    types = [cell.metadata.get("slideshow", {}).get("slide_type") for cell in nb.cells]
+    assert set(types) <= SLIDE_TYPES, types
+    assert types[0] == "slide"
+
+
+class Deck(HTMLParser):
+    """The pages (subslides) of a deck: for each, its headings, and whether anything
+    was shown on the page before its first heading."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.depth, self.slides, self.pages, self.heading = 0, 0, [], None
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "section":
+            self.depth += 1
+            self.slides += self.depth == 1
+            if self.depth == 2:
+                self.pages.append({"headings": [], "before_heading": ""})
+        elif re.fullmatch(r"h[1-3]", tag) and self.depth == 2:
+            self.heading = [tag, ""]
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self.depth -= 1
+        elif self.heading and tag == self.heading[0]:
+            self.pages[-1]["headings"].append((tag, self.heading[1].strip(" ¶")))
+            self.heading = None
+
+    def handle_data(self, data):
+        if self.heading:
+            self.heading[1] += data
+        elif self.depth == 2 and not self.pages[-1]["headings"]:
+            self.pages[-1]["before_heading"] += data.strip()
+
+
+def headings_in(nb, levels: str) -> list[str]:
+    """The markdown headings of the cells that are not skipped (outside code blocks)."""
+    titles = []
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        fenced = False
+        for line in cell.source.splitlines():
+            fenced ^= line.startswith("```")
+            match = re.match(rf"^({levels}) +(.+?)\s*$", line)
+            if match and not fenced:
+                titles.append(match.group(2))
+    return titles
+
+
+@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
+def test_a_lesson_deck_has_a_slide_per_heading(notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    page = to_slides(nbformat.read(notebook, as_version=4))
+    deck = Deck(page)
+
+    shown = headings_in(nb, "#|##")
+    shown = shown[: next((i for i, t in enumerate(shown) if t.startswith("Solution")), None)]
+    assert deck.slides == len(shown)
+    # Each page opens with its heading: a slide with an h1/h2, a subslide with an h3.
+    firsts = [p["headings"][0] for p in deck.pages]
+    opening = [words(title) for tag, title in firsts if tag in ("h1", "h2")]
+    assert opening == [words(title) for title in shown]
+    assert all(p["before_heading"] == "" for p in deck.pages), deck.pages
+    # Skipped cells are absent: the solutions, and code that is nothing but imports.
+    headings = [title for p in deck.pages for _, title in p["headings"]]
+    assert not [title for title in headings if title.startswith("Solution")]
+    text = words(re.sub(r"<[^>]+>", "", page))
+    for cell in nb.cells:
+        if cell.metadata["slideshow"]["slide_type"] == "skip" and cell.cell_type == "code":
+            assert words(cell.source) not in text, cell.source
+    external = re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?://[^"]+)"', page)
+    assert external == []
+
+
+def words(text: str) -> str:
+    """Letters and digits only, so that code compares with its highlighted HTML."""
+    return re.sub(r"\W", "", html.unescape(text))
+
+
+def test_the_command_writes_every_deck(tmp_path):
+    result = subprocess.run(
+        [PYTHON, "-m", "common.slides", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    decks = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*.html"))
+    expected = [f"{nb.parent.name}/{nb.stem}.slides.html" for nb in lesson_notebooks([])]
+    assert decks == sorted([*expected, "slides.html"])
+    index = (tmp_path / "slides.html").read_text()
+    assert all(f'href="{deck}"' in index for deck in expected)
