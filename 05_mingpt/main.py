@@ -6,7 +6,8 @@ the current folder):
     torchrun --standalone --nproc_per_node=2 main.py
     torchrun --standalone --nproc_per_node=2 main.py trainer.max_epochs=1 model.n_layer=2
     torchrun --standalone --nproc_per_node=2 main.py --data input.txt   # any UTF-8 text
-    torchrun --standalone --nproc_per_node=2 --max-restarts=1 main.py --crash_epoch 1 --crash_step 5
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 \
+        --max-restarts=1 main.py --crash_epoch 1 --crash_step 5
 
 Settings come from train_cfg.yaml beside this file (or --config FILE), then from
 `section.name=value` overrides; rank 0 prints them all. On a cluster, the same
@@ -15,7 +16,9 @@ script runs under Slurm: see slurm/sbatch_run.sh.
 `--crash_epoch E --crash_step S [--crash_rank R]` (as in lesson 03, counted from 0)
 kills rank R hard at step S of epoch E, in the first attempt only: torchrun restarts
 the group (it needs --max-restarts) and training resumes from the last snapshot,
-ending with the same weights as a run that never crashed.
+ending with the same weights as a run that never crashed. The variable gives every
+attempt a fresh rendezvous store: torchrun 2.x keeps its store across restarts, and a
+restarted worker may read a dead worker's address (lesson 03 explains it).
 """
 
 import os
@@ -55,26 +58,6 @@ def fail(parser: LessonArgumentParser, message: str):
     raise SystemExit(2)
 
 
-def join_process_group(backend: str, global_rank: int, world_size: int) -> None:
-    """init_process_group, made safe for torchrun's restarts.
-
-    torchrun (2.x) keeps one key-value store for every restart of the group, so the
-    addresses that the crashed attempt's processes published are still there; a new
-    process that reads one before its peer overwrites it dials a dead port, and the
-    restart fails or hangs at random. Keys prefixed with the attempt number cannot be
-    stale.
-    """
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    if attempt == "0" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-        dist.init_process_group(backend=backend)
-        return
-    agent_store = dist.TCPStore(
-        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False
-    )
-    store = dist.PrefixStore(f"attempt{attempt}", agent_store)
-    dist.init_process_group(backend=backend, store=store, rank=global_rank, world_size=world_size)
-
-
 def main():
     parser, args = parse_arguments()
     try:
@@ -96,7 +79,7 @@ def main():
         crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)
 
     device = device_for(local_rank)
-    join_process_group(backend_for(device.type), global_rank, world_size)
+    dist.init_process_group(backend=backend_for(device.type))
     for line in describe(config):
         log0(f"config {line}")
     log0(

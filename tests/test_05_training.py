@@ -36,7 +36,7 @@ def write_text(folder):
     return path
 
 
-def train(folder, text, extra="", torchrun_options=""):
+def train(folder, text, extra="", torchrun_options="", env=None):
     folder.mkdir()
     return run(
         f"torchrun --standalone --nproc_per_node=2 {torchrun_options} {MAIN} --data {text} "
@@ -44,6 +44,7 @@ def train(folder, text, extra="", torchrun_options=""):
         cwd=folder,
         timeout=300,
         quiet=True,
+        env=env,
     )
 
 
@@ -55,6 +56,7 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(tmp_path):
         text,
         "--crash_rank 1 --crash_epoch 1 --crash_step 17",
         "--max-restarts=1",
+        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},  # a fresh store per attempt
     )
 
     assert re.search(

@@ -46,9 +46,8 @@ port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(
 
 # When a worker dies, its node's torchrun restarts the group (--max-restarts) and the
 # other nodes' torchruns follow. By default they all keep one key-value store, old
-# keys included, and only the failed node counts a restart (main.py's
-# join_process_group tells attempts apart by that count): the new workers meet stale
-# addresses and never connect. A fresh store for every rendezvous round avoids it.
+# keys included, so the new workers can read the dead workers' addresses and never
+# connect. A fresh store for every rendezvous round avoids it (lesson 03).
 # (srun passes this to the torchrun of every node.)
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
