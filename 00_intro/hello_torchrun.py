@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 hello_torchrun.py"
 
@@ -51,3 +51,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

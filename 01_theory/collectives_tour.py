@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=3 collectives_tour.py"
 SUM = dist.ReduceOp.SUM
@@ -239,3 +239,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

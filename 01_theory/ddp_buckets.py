@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_buckets.py"
 
@@ -133,3 +133,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from common.cli import LessonArgumentParser
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, log, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 from common.models import regression_model
 from common.ring import ring_all_reduce
 
@@ -143,3 +143,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
 from common.ring import ring_all_reduce, ring_all_reduce_straightforward
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ring_allreduce.py"
@@ -210,3 +210,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=4 sampler_indices.py"
 
@@ -127,3 +127,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, torchrun_env
 from common.models import regression_model
 from common.snapshot import save_atomic
 
@@ -73,3 +73,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

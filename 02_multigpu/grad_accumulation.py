@@ -35,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
 from common.models import regression_model
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 grad_accumulation.py [--steps 8]"
@@ -111,3 +111,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
 from common.data import IN_FEATURES, SyntheticRegression
-from common.distributed import backend_for, device_for, log, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 model_parallel.py [--steps 20]"
 BATCH_SIZE = 32
@@ -110,3 +110,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -30,7 +30,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
 from common.models import scaling_model
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 scaling.py [--threads 1] [--samples 8192]"
@@ -105,3 +105,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, log, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, torchrun_env
 from common.models import regression_model
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 uneven_inputs.py [--join] [--timeout 3]"
@@ -98,3 +98,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

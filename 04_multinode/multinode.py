@@ -40,7 +40,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, log, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 from common.models import regression_model
 from common.snapshot import SnapshotError, load, save_atomic
 
@@ -324,3 +324,4 @@ if __name__ == "__main__":
     if args.crash_epoch is not None:
         crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)
     main(args.total_epochs, args.save_every, args.batch_size, args.snapshot_path, crash_at)
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 node_report.py"
 
@@ -70,3 +70,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

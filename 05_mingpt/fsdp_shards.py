@@ -22,7 +22,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 fsdp_shards.py"
 
@@ -95,3 +95,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -32,7 +32,14 @@ from model import GPT, GPTShape
 from trainer import Trainer
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, current_rank, device_for, log0, torchrun_env
+from common.distributed import (
+    backend_for,
+    current_rank,
+    device_for,
+    end_process,
+    log0,
+    torchrun_env,
+)
 from common.snapshot import SnapshotError
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 main.py"
@@ -139,3 +146,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -4,7 +4,10 @@ what several lessons reuse).
 - `launch`: run a command from a notebook; the cell fails when the command fails
   (every lesson).
 - `distributed`: device and backend choice, rank-prefixed logging, the torchrun
-  check (every lesson script).
+  check, and `end_process`, the exit of every script that joins a process group
+  (every lesson script; why: 02_multigpu).
+- `ports`: ports for the servers a lesson starts, which no two users can share (02
+  onwards, and `launch`'s `{port}`).
 - `cli`: argument parsing that answers bad input with one line (every lesson script).
 - `data`, `models`: the seeded synthetic dataset and the models trained on it
   (00_intro onwards).
@@ -16,6 +19,8 @@ what several lessons reuse).
 - `slurm`, `netns`: a two-node Slurm cluster and two hosts in network namespaces,
   both on this machine (04_multinode).
 - `setup_check`: can this machine run the course? (before 00_intro).
+- `system_packages`: the one command that installs Debian packages (Slurm, chromium)
+  for the root-only parts; nothing else installs them.
 - `build`: execute every notebook and render the course to `build/`.
 
 What a lesson is *about* (the DDP setup, the trainer) stays in the lesson's own

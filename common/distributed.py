@@ -8,9 +8,11 @@ Device-agnostic by design: CUDA + nccl where there is a GPU, else CPU + gloo. Se
 version of a lesson on a GPU machine.
 """
 
+import atexit
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -84,3 +86,29 @@ def log0(message: str) -> None:
     averaged over ranks, the config), which would otherwise be printed N times."""
     if current_rank() == 0:
         log(message)
+
+
+def end_process(exit_code: int = 0) -> NoReturn:
+    """End this process now, without Python's interpreter teardown. Every lesson script
+    that joins a process group ends through it, after `dist.destroy_process_group()`.
+
+    Why (lesson 02 shows it; `02_multigpu/exit_abort.py` reproduces it): during every
+    `backward()` PyTorch keeps a Python object (a `contextvars.Context`) in the calling
+    thread's state, and each collective that DDP starts inside `backward()` keeps a copy
+    of that state. gloo's worker thread drops the collective's work object, and with it
+    the Python object, a moment after the collective has finished; dropping it needs
+    the GIL. If the main thread has by then begun tearing the interpreter down, CPython
+    (before 3.14) ends the waiting thread with `pthread_exit`, which cannot unwind
+    through PyTorch's destructor: `terminate called without an active exception`,
+    SIGABRT, and a finished run reported as failed, about once in 10 to 30 launches.
+    PyTorch gives no way to wait for that thread: once a model has been wrapped in DDP,
+    gloo's threads outlive `destroy_process_group()` and the model itself. So the sure
+    fix is not to start the teardown: flush the output, run the exit handlers (torch's,
+    logging's, multiprocessing's) while the interpreter is whole, then `os._exit`.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # what a normal exit runs first, while everything still works
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

@@ -37,6 +37,8 @@ from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 
+from common.distributed import end_process
+
 REPO = Path(__file__).resolve().parent.parent
 # How long the processes of an exercise's world may take to start Python and torch.
 STARTUP_SECONDS = 120
@@ -220,3 +222,4 @@ if __name__ == "__main__":
         float(timeout),
         answer,
     )
+    end_process()  # not Python's teardown: see common.distributed.end_process
