@@ -28,9 +28,9 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, device_type, log0
-from common.launch import free_port
+from common.distributed import backend_for, device_for, device_type, end_process, log0
 from common.models import regression_model
+from common.ports import free_port
 from common.snapshot import save_atomic
 
 LAUNCH = "python multigpu.py 20 5 [--batch_size 32] [--world_size 2]"
@@ -148,6 +148,7 @@ def main(
     trainer = Trainer(model, train_data, optimizer, device, save_every)
     trainer.train(total_epochs)
     dist.destroy_process_group()
+    end_process()  # not Python's teardown: see common.distributed.end_process
 
 
 if __name__ == "__main__":

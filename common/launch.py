@@ -13,7 +13,7 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
   it left running, so no orphan is left holding a port or a core;
 - returns the captured output for later cells to parse;
 - runs `torchrun` and `python` from the same Python environment as the notebook's
-  kernel, and replaces `{port}` in the command with a free TCP port.
+  kernel, and replaces `{port}` in the command with a free TCP port (`common.ports`).
 
 For commands that run side by side (two torchrun agents playing two nodes, an agent
 that joins a running job), `start` launches a command in the background and returns a
@@ -27,32 +27,32 @@ import os
 import queue
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from common.ports import free_port
 from common.processes import ProcessTree
 
 
 class CommandFailed(RuntimeError):
-    """The command exited with a status other than the one expected."""
+    """The command exited with a status other than the one expected. The message ends
+    with the last lines the command printed, so that a log which shows only the error
+    (nbmake's, CI's) still says why."""
+
+    TAIL_LINES = 15
 
     def __init__(self, message: str, output: str):
+        tail = output.rstrip("\n").splitlines()[-self.TAIL_LINES :]
+        if tail:
+            message += f"; its last {len(tail)} lines of output:\n" + "\n".join(tail)
         super().__init__(message)
         self.output = output
 
 
 class CommandTimedOut(CommandFailed):
     """The command ran past its time limit and was killed."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing is listening on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def resolve(argv: list[str]) -> list[str]:

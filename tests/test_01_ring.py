@@ -4,14 +4,12 @@ One world per world size (2, 3, 4), started with torch.multiprocessing on a free
 every check runs inside it, and a failing check fails the test with its traceback.
 """
 
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from common.launch import free_port
+from common.ports import free_port
 from common.ring import chunk_bounds, ring_all_reduce, ring_all_reduce_straightforward
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
@@ -95,6 +93,7 @@ def check_world(rank, world_size, port):
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n(world_size):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n(world_size, monkeypatch):
+    # One thread per spawned process, for this test only (monkeypatch restores it).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     mp.spawn(check_world, args=(world_size, free_port()), nprocs=world_size, join=True)

@@ -10,7 +10,8 @@ import pytest
 import torch
 from conftest import PYTHON, REPO
 
-from common.launch import free_port, run
+from common.launch import run
+from common.ports import free_port
 from common.snapshot import save_atomic
 
 SCRIPT = REPO / "03_fault_tolerance" / "multigpu_torchrun.py"

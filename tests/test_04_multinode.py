@@ -9,7 +9,8 @@ import subprocess
 import torch
 from conftest import PYTHON, REPO
 
-from common.launch import free_port, run, start
+from common.launch import run, start
+from common.ports import free_port
 
 LESSON = REPO / "04_multinode"
 NODE_REPORT = LESSON / "node_report.py"

@@ -39,6 +39,17 @@ def test_non_zero_exit_raises_with_status_and_output():
     assert failure.value.output == "partial\n"
 
 
+def test_the_error_of_a_failed_command_ends_with_its_last_lines():
+    # nbmake's and CI's logs show the exception, not the cell's output: the reason must
+    # be in the exception itself. 41 lines printed, the last 15 in the message.
+    script = "for i in range(40): print(f'line {i}')\nraise SystemExit('the reason')"
+    with pytest.raises(CommandFailed) as failure:
+        run(f'python -c "{script}"', quiet=True)
+    message = str(failure.value)
+    assert message.endswith("line 38\nline 39\nthe reason")
+    assert "last 15 lines" in message and "line 26" in message and "line 25" not in message
+
+
 def test_expected_failure_must_fail():
     output = run("python -c \"raise SystemExit('boom')\"", expect_failure=True, quiet=True)
     assert output.strip() == "boom"
@@ -137,3 +148,18 @@ def test_wait_for_times_out_and_kills():
         hanging.wait_for("never", timeout=3)
     pids = pids_in(hanging.output)
     assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
+
+
+def test_record_puts_the_workers_own_traceback_into_torchruns_report():
+    """Lesson 03's claim about @record, on an ordinary exception: without it torchrun's
+    report has no traceback, with it the report ends with the worker's own."""
+    script = f"torchrun --standalone --nproc_per_node=1 {SCRIPTS / 'raises_in_worker.py'}"
+    plain = run(script, expect_failure=True, quiet=True)
+    recorded = run(f"{script} --record", expect_failure=True, quiet=True)
+    for output in (plain, recorded):
+        assert "Root Cause (first observed failure)" in output
+    plain_report = plain.split("Root Cause")[1]
+    recorded_report = recorded.split("Root Cause")[1]
+    assert "error_file: <N/A>" in plain_report and "ValueError" not in plain_report
+    assert 'raise ValueError("the worker\'s own error")' in recorded_report
+    assert "ValueError: the worker's own error" in recorded_report

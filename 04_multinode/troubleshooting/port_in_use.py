@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from common.cli import LessonArgumentParser
-from common.launch import CommandFailed, run
+from common.launch import CommandFailed, CommandTimedOut, run
 
 NODE_REPORT = Path(__file__).resolve().parent.parent / "node_report.py"
 
@@ -38,6 +38,8 @@ def main() -> int:
                 f"--master_port={port} {NODE_REPORT} --timeout 10",
                 timeout=60,
             )
+        except CommandTimedOut as timeout:  # a hang is not the failure shown here
+            sys.exit(f"did not fail, but ran past its time limit: {timeout}")
         except CommandFailed as failure:
             print(f"failed as expected: {failure}")
             return 1
