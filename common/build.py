@@ -26,6 +26,8 @@ from nbconvert import HTMLExporter
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# A cell's time limit, as in CI (pytest's --nbmake-timeout), unless the notebook sets
+# its own (metadata.execution.timeout) because a cell shows longer launch limits.
 CELL_TIMEOUT_SECONDS = 240
 # matplotlib's animations link Font Awesome from a CDN for their buttons' icons.
 FONT_AWESOME = re.compile(r'<link[^>]*href="https?://[^"]*font-awesome[^"]*"[^>]*>')
@@ -43,6 +45,11 @@ def lesson_notebooks(names: list[str]) -> list[Path]:
     return notebooks
 
 
+def cell_limit(nb) -> int:
+    """Seconds a cell of this notebook may run: the notebook's own limit, as nbmake reads it."""
+    return nb.metadata.get("execution", {}).get("timeout", CELL_TIMEOUT_SECONDS)
+
+
 def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
     """Run one notebook in its own folder; write it, executed, as .ipynb and .html."""
     nb = nbformat.read(notebook, as_version=4)
@@ -51,7 +58,7 @@ def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
     try:
         NotebookClient(
             nb,
-            timeout=CELL_TIMEOUT_SECONDS,
+            timeout=cell_limit(nb),
             kernel_name="python3",
             resources={"metadata": {"path": str(notebook.parent)}},
         ).execute()
