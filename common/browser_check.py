@@ -5,9 +5,9 @@
 
 Every `.html` page under the folder (the index, each lesson, each slide deck) is
 served by a local web server on 127.0.0.1 (a free port) and opened in Debian's
-chromium (`apt-get install chromium`), driven through the Chrome DevTools protocol
-over a pipe (`--remote-debugging-pipe`: no port, no package beyond the standard
-library). A page fails when, by the time chromium reports it loaded and the network
+chromium (`sudo python3 -m common.system_packages chromium`), driven through the Chrome
+DevTools protocol over a pipe (`--remote-debugging-pipe`: no port, no package beyond the
+standard library). A page fails when, by the time chromium reports it loaded and the network
 idle, it has:
 
 - a resource that did not load (an image, script or style sheet: HTTP 4xx/5xx or a
@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from common.apt import apt_install
+from common.system_packages import INSTALL_COMMAND, program
 
 CHROMIUM = "chromium"
 FLAGS = [
@@ -244,18 +244,11 @@ def check(folder: Path, pages: list[Path] | None = None, executable: str = CHROM
     return results
 
 
-def ensure_chromium(timeout: float = 600) -> str | None:
-    """Install Debian's chromium with apt-get when it is missing and we are root.
-    Returns None when chromium is there, else one line saying why it is not. A file
-    lock keeps two test workers from running apt-get at once."""
-    if shutil.which(CHROMIUM):
+def why_no_chromium() -> str | None:
+    """None when chromium is installed, else one line saying how to install it."""
+    if program(CHROMIUM):
         return None
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return "chromium is not installed (as root: apt-get install chromium)"
-    failure = apt_install([CHROMIUM], lambda: shutil.which(CHROMIUM) is None, timeout)
-    if failure:
-        return failure
-    return None if shutil.which(CHROMIUM) else "apt-get ran, but there is still no chromium"
+    return f"chromium is not installed: install it with `{INSTALL_COMMAND} chromium`"
 
 
 def main() -> int:
@@ -264,7 +257,7 @@ def main() -> int:
     parser.add_argument("--chromium", default=CHROMIUM, help="the browser to run")
     args = parser.parse_args()
     if shutil.which(args.chromium) is None:
-        sys.exit(f"{args.chromium} not found: install it with `apt-get install chromium`")
+        sys.exit(f"{args.chromium} not found: install it with `{INSTALL_COMMAND} chromium`")
     if not (args.folder / "index.html").exists():
         sys.exit(f"no {args.folder}/index.html: build the course first (python -m common.build)")
     results = check(args.folder, executable=args.chromium)

@@ -43,6 +43,13 @@ def why_unavailable() -> str | None:
     for tool in ("ip", "unshare"):
         if shutil.which(tool) is None:
             return f"`{tool}` not found: install iproute2 and util-linux"
+    # Root is not enough in an unprivileged container: try it for real.
+    probe = f"ddp-course-probe-{uuid.uuid4().hex[:8]}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        why = (made.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"cannot make a network namespace here (`ip netns add`: {why})"
+    subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
     return None
 
 
@@ -132,8 +139,8 @@ class HostPair:
             shutil.rmtree(NETNS_ETC / host.namespace, ignore_errors=True)
         for veth in self._veth:  # gone with its namespace, unless creation failed midway
             _ip("link", "delete", veth, check=False)
-        if NETNS_ETC.is_dir() and not any(NETNS_ETC.iterdir()):
-            NETNS_ETC.rmdir()
+        # /etc/netns itself stays: iproute2's own folder, which another HostPair (a test
+        # running beside this one) may be creating a host's folder in right now.
 
     @staticmethod
     def _kill_processes_in(namespace: str) -> None:

@@ -3,9 +3,8 @@
 Introduced in 04_multinode; used by its notebook and tests. Nothing here changes the
 machine's own Slurm configuration:
 
-- `ensure_installed()` installs Debian's `slurmctld`, `slurmd`, `slurm-client` and
-  `munge` with apt-get when they are missing and we are root (one install at a time,
-  even from parallel test workers), or says in one line why it cannot;
+- `why_unavailable()` says in one line why a cluster cannot start here (not Linux,
+  not root, Slurm not installed: `python3 -m common.system_packages` installs it);
 - `LocalCluster` starts munged, one slurmctld and one slurmd per node, each slurmd
   started as `slurmd -N node1`, `-N node2`, ... on 127.0.0.1 with a port of its own
   (Debian builds Slurm with multiple-slurmd support, which this relies on: see
@@ -34,14 +33,12 @@ from pathlib import Path
 
 import psutil
 
-from common.apt import apt_install
-from common.launch import CommandFailed, CommandTimedOut, free_port
+from common import system_packages
+from common.launch import CommandFailed, CommandTimedOut
+from common.ports import free_port
 from common.processes import ProcessTree
+from common.system_packages import INSTALL_COMMAND, missing_programs, program
 
-PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
-PROGRAMS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
-# Searched besides PATH: a non-login root shell may lack the sbin folders.
-SYSTEM_FOLDERS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 FINAL_STATES = (
     "COMPLETED",
     "FAILED",
@@ -53,16 +50,6 @@ FINAL_STATES = (
     "DEADLINE",
     "PREEMPTED",
 )
-
-
-def program(name: str) -> str | None:
-    """The path of a Slurm or munge program, or None."""
-    path = os.pathsep.join([os.environ.get("PATH", ""), *SYSTEM_FOLDERS])
-    return shutil.which(name, path=path)
-
-
-def missing_programs() -> list[str]:
-    return [name for name in PROGRAMS if program(name) is None]
 
 
 def is_root() -> bool:
@@ -78,28 +65,13 @@ def why_unavailable() -> str | None:
             "a local Slurm cluster needs root (slurmd starts job steps as the job's "
             "user); run as root, e.g. in a container, to see it"
         )
-    missing = missing_programs()
+    missing = missing_programs("slurm")
     if missing:
         return (
             f"Slurm is not installed ({', '.join(missing)} not found); install it with "
-            f"`apt-get install {' '.join(PACKAGES)}`"
+            f"`{INSTALL_COMMAND} slurm`"
         )
     return None
-
-
-def ensure_installed(timeout: float = 600) -> str | None:
-    """Install Slurm and munge with apt-get when they are missing and we are root.
-
-    Returns None when Slurm is usable, else one line saying why it is not. A file
-    lock keeps parallel callers (two test workers, a notebook) from running apt-get
-    at the same time; the second finds the work done.
-    """
-    if not is_root() or not missing_programs() or shutil.which("apt-get") is None:
-        return why_unavailable()
-    failure = apt_install(PACKAGES, lambda: bool(missing_programs()), timeout)
-    if failure:
-        return failure
-    return why_unavailable()
 
 
 class LocalCluster:
@@ -118,7 +90,9 @@ class LocalCluster:
     @property
     def env(self) -> dict[str, str]:
         bin_folder = str(Path(sys.executable).parent)  # torchrun and python of this venv
-        path = os.pathsep.join([bin_folder, os.environ.get("PATH", ""), *SYSTEM_FOLDERS])
+        path = os.pathsep.join(
+            [bin_folder, os.environ.get("PATH", ""), *system_packages.SYSTEM_FOLDERS]
+        )
         return {
             **os.environ,
             **self._tree.environment(),

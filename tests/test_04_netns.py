@@ -6,16 +6,18 @@ nothing is left behind: no namespace, no interface, no file, no process."""
 import subprocess
 
 import pytest
-from conftest import REPO, is_gone
+from conftest import REPO, is_gone, skip_or_fail
 
 from common import netns
-from common.launch import free_port, start
+from common.launch import start
+from common.ports import free_port
 
 NODE_REPORT = REPO / "04_multinode" / "node_report.py"
 
-pytestmark = pytest.mark.skipif(
-    netns.why_unavailable() is not None, reason=str(netns.why_unavailable())
-)
+
+@pytest.fixture(autouse=True)
+def namespaces_can_be_made():
+    skip_or_fail(netns.why_unavailable())
 
 
 def two_agents(pair, env, expect_failure, timeout):
@@ -71,13 +73,17 @@ def test_everything_is_removed_even_after_an_error():
     with pytest.raises(RuntimeError, match="on purpose"), netns.HostPair() as pair:
         host = pair.hosts[1]
         sleeper = subprocess.Popen(
-            host.wrap("python -c 'import time; time.sleep(600)'"), shell=True
+            host.wrap("python -c 'import time; print(\"in\", flush=True); time.sleep(600)'"),
+            shell=True,
+            stdout=subprocess.PIPE,
+            text=True,
         )
+        # It prints once it runs inside the namespace (or ends, and readline returns "").
+        assert sleeper.stdout.readline() == "in\n"
         # The namespace is in use: `ip netns pids` lists the sleeper.
-        pids = []
-        while not pids:  # until the process has entered the namespace
-            listing = subprocess.run(["ip", "netns", "pids", host.namespace], capture_output=True)
-            pids = [int(pid) for pid in listing.stdout.split()]
+        listing = subprocess.run(["ip", "netns", "pids", host.namespace], capture_output=True)
+        pids = [int(pid) for pid in listing.stdout.split()]
+        assert pids
         raise RuntimeError("on purpose")
     sleeper.wait(timeout=30)
     assert all(is_gone(pid) for pid in pids)

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, is_gone
+from conftest import REPO, is_gone, skip_or_fail
 
-from common import slurm
+from common import slurm, system_packages
 from common.launch import CommandFailed
 
 LESSON = REPO / "04_multinode"
@@ -23,9 +23,7 @@ SBATCH = LESSON / "slurm" / "multinode.sbatch"
 
 @pytest.fixture(scope="session")
 def slurm_installed():
-    reason = slurm.ensure_installed()
-    if reason:
-        pytest.skip(reason)
+    skip_or_fail(slurm.why_unavailable())
 
 
 def test_the_sbatch_script_trains_on_two_nodes(slurm_installed, tmp_path):
@@ -85,15 +83,14 @@ def test_without_root_it_says_why(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     reason = slurm.why_unavailable()
     assert reason.startswith("a local Slurm cluster needs root")
-    assert slurm.ensure_installed() == reason  # and installs nothing
 
 
 def test_missing_programs_are_named(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(slurm, "program", lambda name: None if name == "slurmd" else "/x")
+    monkeypatch.setattr(system_packages, "program", lambda name: None if name == "slurmd" else "/x")
     assert slurm.why_unavailable() == (
         "Slurm is not installed (slurmd not found); install it with "
-        "`apt-get install slurmctld slurmd slurm-client munge`"
+        "`sudo python3 -m common.system_packages slurm`"
     )
 
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, skip_or_fail
 
 from common import slurm
 
@@ -36,9 +36,7 @@ AGENT_FIELD = re.compile(r"^I\S+ \S+ (\d+) \S+api\.py:\d+\]\s+(\w+)=(.*)$", re.M
 
 @pytest.fixture(scope="session")
 def slurm_installed():
-    reason = slurm.ensure_installed()
-    if reason:
-        pytest.skip(reason)
+    skip_or_fail(slurm.why_unavailable())
 
 
 def lesson_copy(folder):

@@ -17,7 +17,7 @@ import textwrap
 
 import nbformat
 import pytest
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, skip_or_fail
 from nbclient import NotebookClient
 
 from common import browser_check
@@ -67,9 +67,7 @@ REPRESENTATIVE = [
 
 @pytest.fixture(scope="session")
 def chromium():
-    reason = browser_check.ensure_chromium()
-    if reason:
-        pytest.skip(reason)
+    skip_or_fail(browser_check.why_no_chromium())
 
 
 def representative_notebook():

@@ -14,7 +14,8 @@ timeout instead of gloo's default of 30 minutes:
         # every collective is checked first: the mismatch is named, with both calls
     torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5 \\
         --monitored_barrier
-        # rank 0 waits at a monitored barrier that names the rank that never came
+        # rank 0 waits at a monitored barrier (half the timeout) that names the rank
+        # that never came
 
 `--fixed` removes the extra collective: the job then ends normally.
 """
@@ -25,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import log, log0, torchrun_env
+from common.distributed import end_process, log, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5"
 EPOCHS = 3
@@ -59,7 +60,9 @@ def main() -> None:
             # Every rank checks in at the end of each epoch. Unlike barrier(), it
             # names the ranks that did not arrive (gloo only; slow, since rank 0
             # talks to every rank in turn: a tool for debugging, not for production).
-            dist.monitored_barrier(timeout=timedelta(seconds=args.timeout))
+            # Half the process group's timeout: it reports before the stuck collective's
+            # own timeout ends the job, whichever rank the scheduler runs first.
+            dist.monitored_barrier(timeout=timedelta(seconds=args.timeout / 2))
 
     dist.barrier()
     log(f"done, {EPOCHS} epochs")
@@ -68,3 +71,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process
