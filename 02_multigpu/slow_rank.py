@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, log, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 slow_rank.py --delays 1 30 --timeout 3"
 SLOW_RANK = 1
@@ -51,6 +51,9 @@ def main() -> None:
     # The timeout bounds how long any collective of this group may wait.
     timeout = timedelta(seconds=args.timeout)
     dist.init_process_group(backend=backend_for(device.type), timeout=timeout)
+    # Ranks leave init_process_group at different moments (a tenth of a second apart on
+    # a busy machine): line them up, so that rank 1's delays are the only difference.
+    dist.barrier()
 
     for number, delay in enumerate(args.delays, start=1):
         if global_rank == SLOW_RANK:
@@ -78,3 +81,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process()  # not Python's teardown: see common.distributed.end_process
