@@ -1,8 +1,9 @@
-"""Install Debian packages that a part of the course needs (Slurm, chromium), as root.
+"""Install Debian packages with apt-get, as root: the mechanism behind
+`python3 -m common.system_packages`, the one command that installs what the root-only
+parts of the course need (Slurm, chromium). Standard library only.
 
-Used by the tests and notebooks that need a program the pip install cannot provide.
-A file lock keeps parallel callers (two test workers, a notebook) from running
-apt-get at the same time; whoever comes second finds the work done.
+A file lock keeps two callers from running apt-get at the same time; whoever comes
+second finds the work done.
 """
 
 import fcntl
