@@ -25,6 +25,8 @@ from config import load_config
 from common.cli import LessonArgumentParser, positive_int
 from common.launch import run
 
+LAUNCH = "python benchmark.py throughput"
+
 HERE = Path(__file__).resolve().parent
 MAIN = HERE / "main.py"
 CLASSROOM = "trainer.mixed_precision=false trainer.eval_every=50"
@@ -146,9 +148,7 @@ def classroom() -> None:
 
 
 def main() -> int:
-    parser = LessonArgumentParser(
-        description=__doc__.splitlines()[0], launch_hint="python benchmark.py throughput"
-    )
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
     parser.add_argument("what", choices=["throughput", "classroom"])
     parser.add_argument("--steps", type=positive_int, default=40, help="steps per run")
     parser.add_argument(

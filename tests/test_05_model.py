@@ -2,21 +2,19 @@
 says, samples reproducibly; the config and the data refuse bad input in one line."""
 
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import PYTHON, REPO
+from conftest import REPO, lesson_module, run_forked
 
 LESSON = REPO / "05_mingpt"
 MAIN = LESSON / "main.py"
-sys.path.insert(0, str(LESSON))
 
-import char_dataset  # noqa: E402
-import model as gpt  # noqa: E402
-from config import ConfigError, load_config  # noqa: E402
+char_dataset = lesson_module("05_mingpt", "char_dataset")
+gpt = lesson_module("05_mingpt", "model")
+lesson_config = lesson_module("05_mingpt", "config")
+ConfigError, load_config = lesson_config.ConfigError, lesson_config.load_config
 
 CONFIG = LESSON / "train_cfg.yaml"
 
@@ -159,36 +157,19 @@ def test_the_split_is_the_same_on_every_rank_and_holds_out_whole_chunks():
     assert len(val) == int(0.1 * (len(train) + len(val)))
 
 
-def launch_error(tmp_path, *arguments) -> str:
-    """main.py started with bad input: exit status 2 and exactly one line on stderr."""
-    result = subprocess.run(
-        [PYTHON, MAIN, *arguments], capture_output=True, text=True, cwd=tmp_path, timeout=120
-    )
-    assert result.returncode == 2, result.stderr
-    assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
-    assert "launch it as: torchrun --standalone --nproc_per_node=2 main.py" in result.stderr
-    return result.stderr
-
-
 def test_bad_data_files_get_one_line(tmp_path):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "short.txt").write_text("to be or not to be\n" * 20)
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 ".encode("latin-1") * 1000)
-    assert "--data missing.txt: no such file" in launch_error(tmp_path, "--data", "missing.txt")
-    assert "--data empty.txt: the file is empty" in launch_error(tmp_path, "--data", "empty.txt")
-    assert "is too short: 380 characters make 5 chunks of 64" in launch_error(
-        tmp_path, "--data", "short.txt"
-    )
-    assert "not UTF-8 text (byte 3 cannot be decoded)" in launch_error(
-        tmp_path, "--data", "latin1.txt"
-    )
-
-
-def test_bad_settings_on_the_command_line_get_one_line(tmp_path):
-    assert "unknown setting 'trainer.max_epoch'" in launch_error(tmp_path, "trainer.max_epoch=3")
-
-
-def test_plain_python_says_how_to_launch_it(tmp_path):
-    result = subprocess.run([PYTHON, MAIN], capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert "main.py must be started by torchrun" in result.stderr
+    complaints = {
+        "missing.txt": "--data missing.txt: no such file",
+        "empty.txt": "--data empty.txt: the file is empty",
+        "short.txt": "is too short: 380 characters make 5 chunks of 64",
+        "latin1.txt": "not UTF-8 text (byte 3 cannot be decoded)",
+    }
+    commands = [(MAIN, ["--data", name]) for name in complaints]
+    for complaint, result in zip(complaints.values(), run_forked(commands, tmp_path), strict=True):
+        # Exit status 2 and exactly one line on stderr, naming the file and the problem.
+        assert result["status"] == 2 and result["stdout"] == "", result
+        assert result["stderr"].count("\n") == 1 and complaint in result["stderr"], result
+        assert "launch it as: torchrun --standalone --nproc_per_node=2 main.py" in result["stderr"]

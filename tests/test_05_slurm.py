@@ -10,19 +10,17 @@ import math
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import REPO, skip_or_fail
+from conftest import REPO, lesson_module, skip_or_fail
 
 from common import slurm
 
 LESSON = REPO / "05_mingpt"
 SBATCH = LESSON / "slurm" / "sbatch_run.sh"
-sys.path.insert(0, str(LESSON))
 
-import char_dataset  # noqa: E402
+char_dataset = lesson_module("05_mingpt", "char_dataset")
 
 # A tiny model on a short text, two epochs of 21 steps: the job trains in seconds.
 TINY = (

@@ -18,14 +18,14 @@ from common.cli import LessonArgumentParser
 from common.launch import CommandFailed, CommandTimedOut, run
 from common.ports import free_port
 
+LAUNCH = "python missing_node.py"
+
 NODE_REPORT = Path(__file__).resolve().parent.parent / "node_report.py"
 JOIN_TIMEOUT = 5
 
 
 def main() -> int:
-    LessonArgumentParser(
-        description=__doc__.splitlines()[0], launch_hint="python missing_node.py"
-    ).parse_args()
+    LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH).parse_args()
     endpoint = f"127.0.0.1:{free_port()}"
     print(f"node 0 of 2 starts; node 1 never will. join_timeout={JOIN_TIMEOUT} s")
     try:

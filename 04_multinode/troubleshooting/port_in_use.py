@@ -20,13 +20,13 @@ from pathlib import Path
 from common.cli import LessonArgumentParser
 from common.launch import CommandFailed, CommandTimedOut, run
 
+LAUNCH = "python port_in_use.py"
+
 NODE_REPORT = Path(__file__).resolve().parent.parent / "node_report.py"
 
 
 def main() -> int:
-    LessonArgumentParser(
-        description=__doc__.splitlines()[0], launch_hint="python port_in_use.py"
-    ).parse_args()
+    LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH).parse_args()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()

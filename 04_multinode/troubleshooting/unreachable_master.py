@@ -19,14 +19,14 @@ from common.cli import LessonArgumentParser
 from common.launch import CommandFailed, CommandTimedOut, run
 from common.ports import free_port
 
+LAUNCH = "python unreachable_master.py"
+
 NODE_REPORT = Path(__file__).resolve().parent.parent / "node_report.py"
 TIMEOUT = 3
 
 
 def main() -> int:
-    LessonArgumentParser(
-        description=__doc__.splitlines()[0], launch_hint="python unreachable_master.py"
-    ).parse_args()
+    LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH).parse_args()
     port = free_port()
     print(f"node 1 of 2 looks for its master at 127.0.0.1:{port}, where nothing listens")
     try:

@@ -1,0 +1,166 @@
+"""Every lesson script, launched wrong, answers in one line and exits non-zero.
+
+One table for all of them. The scripts are found on disk (every lesson `.py` with a
+`__main__` block), so a new script fails `test_every_lesson_script_is_in_the_table`
+until it gets its row. The commands run through `run_forked` (conftest): one
+interpreter imports torch once and forks per command, so ~100 launches take seconds.
+"""
+
+import subprocess
+
+import pytest
+from conftest import PYTHON, REPO, run_forked
+
+LESSONS = ["00_intro", "01_theory", "02_multigpu", "03_fault_tolerance", "04_multinode"]
+LESSONS += ["05_mingpt"]
+
+# Each script's smallest correct arguments (as a learner would type them).
+CORRECT_ARGUMENTS = {
+    "00_intro/hello_torchrun.py": [],
+    "01_theory/collectives_tour.py": [],
+    "01_theory/ddp_buckets.py": [],
+    "01_theory/ddp_replicas.py": [],
+    "01_theory/ring_allreduce.py": [],
+    "01_theory/sampler_indices.py": [],
+    "02_multigpu/benchmark_scaling.py": [],
+    "02_multigpu/checkpoint_barrier.py": [],
+    "02_multigpu/exit_abort.py": [],
+    "02_multigpu/grad_accumulation.py": [],
+    "02_multigpu/model_parallel.py": [],
+    "02_multigpu/multigpu.py": ["20", "5"],
+    "02_multigpu/scaling.py": [],
+    "02_multigpu/single_gpu.py": ["20", "5"],
+    "02_multigpu/slow_rank.py": [],
+    "02_multigpu/sync_batchnorm.py": [],
+    "02_multigpu/uneven_inputs.py": [],
+    "03_fault_tolerance/measure_recovery.py": [],
+    "03_fault_tolerance/multigpu_torchrun.py": ["20", "5"],
+    "03_fault_tolerance/rendezvous_server.py": ["29400"],
+    "04_multinode/multinode.py": ["50", "10"],
+    "04_multinode/node_report.py": [],
+    "04_multinode/troubleshooting/missing_node.py": [],
+    "04_multinode/troubleshooting/one_collective_too_many.py": [],
+    "04_multinode/troubleshooting/port_in_use.py": [],
+    "04_multinode/troubleshooting/unreachable_master.py": [],
+    "05_mingpt/benchmark.py": ["throughput"],
+    "05_mingpt/fsdp_shards.py": [],
+    "05_mingpt/main.py": [],
+}
+
+# Wrong values, each with the words that must name what is wrong.
+WRONG_VALUES = [
+    ("02_multigpu/single_gpu.py", ["20"], "the following arguments are required: save_every"),
+    ("02_multigpu/single_gpu.py", ["20", "0"], "argument save_every: '0' is not a positive"),
+    ("02_multigpu/multigpu.py", ["20", "5", "--world_size", "0"], "--world_size: '0' is not a"),
+    ("02_multigpu/multigpu.py", ["20", "5", "--gpus", "2"], "unrecognized arguments: --gpus 2"),
+    ("02_multigpu/slow_rank.py", ["--timeout", "0"], "--timeout > 0"),
+    ("02_multigpu/uneven_inputs.py", ["--batches", "0"], "--batches must be >= 1"),
+    ("02_multigpu/scaling.py", ["--epochs", "1"], "--epochs 1 is too small"),
+    ("01_theory/ring_allreduce.py", ["--max-size", "3XB"], "is not a size such as 4KB"),
+    ("01_theory/ddp_buckets.py", ["--caps", "0"], "caps must be positive"),
+    ("00_intro/hello_torchrun.py", ["--epochs", "3"], "unrecognized arguments: --epochs 3"),
+    ("03_fault_tolerance/multigpu_torchrun.py", ["4", "0"], "save_every: '0' is not a positive"),
+    ("04_multinode/multinode.py", ["four", "2"], "total_epochs: 'four' is not a positive"),
+    ("04_multinode/node_report.py", ["--timeout", "-1"], "--timeout"),
+    ("05_mingpt/main.py", ["trainer.max_epoch=3"], "unknown setting 'trainer.max_epoch'"),
+]
+
+# Commands also run by a real interpreter, to show the forked runner gives the same.
+COMPARED_SCRIPT = "00_intro/hello_torchrun.py"
+COMPARED_ARGUMENTS = [[], ["--bogus"], ["--epochs", "x"]]
+
+
+def lesson_scripts() -> set[str]:
+    found = set()
+    for lesson in LESSONS:
+        for path in (REPO / lesson).rglob("*.py"):
+            if 'if __name__ == "__main__":' in path.read_text():
+                found.add(path.relative_to(REPO).as_posix())
+    return found
+
+
+def is_torchrun_script(script: str) -> bool:
+    """True for the scripts that torchrun starts: they read what torchrun sets."""
+    return "torchrun_env(" in (REPO / script).read_text()
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """Every command of this module, run once: {(script, arguments): result}."""
+    commands = [(s, a + ["--bogus"]) for s, a in CORRECT_ARGUMENTS.items()]
+    commands += [(s, a) for s, a in CORRECT_ARGUMENTS.items() if is_torchrun_script(s)]
+    commands += [(script, arguments) for script, arguments, _ in WRONG_VALUES]
+    commands += [(COMPARED_SCRIPT, arguments) for arguments in COMPARED_ARGUMENTS]
+    folder = tmp_path_factory.mktemp("launched_wrong")
+    results = run_forked([(REPO / script, arguments) for script, arguments in commands], folder)
+    assert list(folder.iterdir()) == []  # a refused launch writes nothing (no checkpoint)
+    return {(s, tuple(a)): result for (s, a), result in zip(commands, results, strict=True)}
+
+
+def one_line_refusal(result: dict, status: int) -> str:
+    """The refusal's line, after checking it is the only output and the exit status."""
+    assert result["status"] == status, result
+    assert result["stdout"] == "", result
+    assert result["stderr"].count("\n") == 1, result["stderr"]
+    return result["stderr"]
+
+
+def launch_hint(line: str) -> str:
+    """The command a refusal tells the learner to use."""
+    return line.split("; launch it as: ", 1)[1].rstrip("\n")
+
+
+def hint_for(script: str, launched) -> str:
+    """The command the script gives for an unknown option, checked to start the script
+    the way it must be started: torchrun for the scripts torchrun starts, else python."""
+    arguments = tuple(CORRECT_ARGUMENTS[script] + ["--bogus"])
+    hint = launch_hint(launched[script, arguments]["stderr"])
+    name = script.rsplit("/", 1)[1]
+    launcher = "torchrun " if is_torchrun_script(script) else "python "
+    assert hint.startswith(launcher) and f" {name}" in hint, hint
+    return hint
+
+
+def test_every_lesson_script_is_in_the_table():
+    assert lesson_scripts() == set(CORRECT_ARGUMENTS)
+
+
+@pytest.mark.parametrize("script", sorted(CORRECT_ARGUMENTS))
+def test_an_unknown_option_is_one_line_with_the_launch_command(script, launched):
+    arguments = tuple(CORRECT_ARGUMENTS[script] + ["--bogus"])
+    line = one_line_refusal(launched[script, arguments], status=2)
+    name = script.rsplit("/", 1)[1]
+    assert (
+        line
+        == f"{name}: unrecognized arguments: --bogus; launch it as: {hint_for(script, launched)}\n"
+    )
+
+
+@pytest.mark.parametrize("script", sorted(s for s in CORRECT_ARGUMENTS if is_torchrun_script(s)))
+def test_plain_python_says_it_needs_torchrun_and_how_to_launch_it(script, launched):
+    line = one_line_refusal(launched[script, tuple(CORRECT_ARGUMENTS[script])], status=1)
+    name = script.rsplit("/", 1)[1]
+    assert f"{name} must be started by torchrun" in line
+    assert launch_hint(line) == hint_for(script, launched)
+
+
+@pytest.mark.parametrize("script, arguments, complaint", WRONG_VALUES)
+def test_a_wrong_value_is_one_line_naming_it(script, arguments, complaint, launched):
+    line = one_line_refusal(launched[script, tuple(arguments)], status=2)
+    assert complaint in line
+    assert launch_hint(line) == hint_for(script, launched)
+
+
+@pytest.mark.parametrize("arguments", COMPARED_ARGUMENTS)
+def test_the_forked_runner_gives_what_the_interpreter_gives(arguments, launched, tmp_path):
+    """The shortcut above is honest: the same command, run by a real interpreter,
+    exits with the same status and prints the same text."""
+    real = subprocess.run(
+        [PYTHON, REPO / COMPARED_SCRIPT, *arguments], capture_output=True, text=True, cwd=tmp_path
+    )
+    forked = launched[COMPARED_SCRIPT, tuple(arguments)]
+    assert (forked["status"], forked["stdout"], forked["stderr"]) == (
+        real.returncode,
+        real.stdout,
+        real.stderr,
+    )
