@@ -119,15 +119,20 @@ def timed(all_reduce, work: torch.Tensor, source: torch.Tensor) -> tuple[float, 
     return seconds.item(), faults
 
 
+def bus_factor(world_size: int) -> float:
+    """Bytes each rank sends in a ring all-reduce, per byte of the tensor: N-1 chunks
+    of 1/N in the reduce-scatter, N-1 more in the all-gather, so 2(N-1)/N."""
+    return 2 * (world_size - 1) / world_size
+
+
 def benchmark(sizes, repeats, straightforward, world_size, device) -> list[dict]:
     contenders = {"all_reduce": dist.all_reduce, "ring": ring_all_reduce}
     if straightforward:
         contenders["straightforward"] = ring_all_reduce_straightforward
     generator = torch.Generator().manual_seed(0)
-    bus_factor = 2 * (world_size - 1) / world_size
     log0(
         f"benchmark: world_size={world_size}, float32, median of {repeats}, "
-        f"busbw = algbw x 2(N-1)/N = algbw x {bus_factor:.2f}"
+        f"busbw = algbw x 2(N-1)/N = algbw x {bus_factor(world_size):.2f}"
     )
     header = (
         f"{'size':>6} {'all_reduce ms':>14} {'busbw GB/s':>11} {'ring ms':>9} {'busbw GB/s':>11}"
@@ -154,7 +159,7 @@ def benchmark(sizes, repeats, straightforward, world_size, device) -> list[dict]
             seconds = statistics.median(times[name])
             row[f"{name}_seconds"] = seconds
             row[f"{name}_algbw"] = size / seconds / 1e9
-            row[f"{name}_busbw"] = row[f"{name}_algbw"] * bus_factor
+            row[f"{name}_busbw"] = row[f"{name}_algbw"] * bus_factor(world_size)
             row[f"{name}_page_faults"] = statistics.median(faults[name])
         row["ratio"] = row["ring_busbw"] / row["all_reduce_busbw"]
         line = (
