@@ -8,8 +8,9 @@ data loader, a debugger) while every other rank is already waiting in the all_re
 - a delay shorter than the timeout: the others simply wait, and the all_reduce
   succeeds;
 - a delay longer than `--timeout`: the waiting ranks give up with an error naming the
-  timeout, instead of hanging for ever. The process group's default timeout is
-  10 minutes (nccl and gloo alike): set it with `init_process_group(timeout=...)`.
+  timeout, instead of hanging for ever. The default timeout depends on the backend
+  (`torch.distributed.constants`: gloo's is longer than nccl's; lesson 02 prints
+  both): set it with `init_process_group(timeout=...)`.
 
 Launch it (from any folder, with the path to this file):
 

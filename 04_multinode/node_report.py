@@ -15,7 +15,8 @@ with PORT a free port:
         --rdzv_endpoint=127.0.0.1:PORT --rdzv_id=demo node_report.py
 
 `--timeout S` (default 60) bounds, in seconds, how long the processes wait for
-each other: a connection that cannot be made fails after S seconds, not 30 minutes.
+each other: a connection that cannot be made fails after S seconds, not after the
+process group's default timeout.
 """
 
 import os

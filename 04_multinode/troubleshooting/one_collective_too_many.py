@@ -5,7 +5,7 @@ Every rank runs the same training loop, but the last rank also all-reduces a met
 all_reduce, then to the barrier at the end. The extra call is matched with a call
 meant for something else, the collectives drift out of step, and someone waits
 forever for a partner that never comes. Three ways to see it, each with a short
-timeout instead of gloo's default of 30 minutes:
+timeout instead of gloo's default (`torch.distributed.constants.default_pg_timeout`):
 
     torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5
         # the hang, ended by the timeout: an error that names no culprit
