@@ -3,9 +3,10 @@
 Reads a JSON list of [script, [arguments...]] on stdin and prints a JSON list of
 {"status", "stdout", "stderr"}, one per command. Importing torch takes ~2.5 s, and every
 lesson script imports it first: this process imports it once, then forks one child per
-command. The child sets sys.argv, sys.path[0] and the working folder as `python SCRIPT`
-does, runs the script as __main__, and exits with the status the interpreter would give
-(SystemExit's code, or 1 after printing the traceback of any other exception).
+command. The child sets sys.argv and sys.path[0] as `python SCRIPT` does (and keeps
+this process's working folder), runs the script as __main__, and exits with the status
+the interpreter would give (SystemExit's code, or 1 after printing the traceback of any
+other exception).
 
 Only torch is imported before the fork (no course module), so nothing of one script
 can leak into another. Run it from a temporary folder: scripts may write files there.
@@ -20,7 +21,9 @@ import traceback
 
 import torch  # noqa: F401  (the import this process exists to share)
 
-TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR")
+# What torchrun sets: a command here must look started by plain python.
+TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+TORCHRUN_VARIABLES += ("MASTER_ADDR", "MASTER_PORT")
 
 
 def child(script: str, arguments: list[str], stdout_fd: int, stderr_fd: int) -> None:
