@@ -16,13 +16,9 @@ what several lessons reuse).
 - `snapshot`: atomic snapshot writes, one-line errors for bad files (03, 04, 05).
 - `ring`, `ring_sim`, `viz`: the ring all-reduce, real and simulated, and its
   figures (01_theory).
-- `slurm`, `netns`: a two-node Slurm cluster and two hosts in network namespaces,
-  both on this machine (04_multinode).
-- `setup_check`: can this machine run the course? (before 00_intro).
-- `system_packages`: the one command that installs Debian packages (Slurm, chromium)
-  for the root-only parts; nothing else installs them.
-- `build`: execute every notebook and render the course to `build/`.
 
 What a lesson is *about* (the DDP setup, the trainer) stays in the lesson's own
-script, where the learner reads it.
+script, where the learner reads it. The course's own machinery (building the site,
+exercise checks, the local Slurm cluster and network namespaces, installing system
+packages) is the `course` package; nothing here imports it.
 """

@@ -1,7 +1,7 @@
 """Find and kill every process a command started, however deep.
 
 Introduced in 00_intro; used by `common.launch` (and so by every lesson notebook) and
-`common.netns`.
+by the course's network-namespace hosts.
 
 torchrun starts each worker in a session of its own, and a worker whose launcher
 died is adopted by init, so neither the process group nor the parent-child tree

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from conftest import is_gone, skip_or_fail
 
-from common import netns
+from course.cluster import netns
 
 
 @pytest.fixture(autouse=True)

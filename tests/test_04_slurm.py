@@ -3,7 +3,7 @@ failure, refuses a wrong folder in one line, and leaves no daemon, job process o
 folder behind, even when a job is still running at the end. (The lesson's sbatch
 script training on two nodes is run and checked by the notebook itself.)
 
-Slurm comes from `python3 -m common.system_packages` (CI runs it as root first);
+Slurm comes from `python3 -m course.system_packages` (CI runs it as root first);
 without it these tests skip and say why, or fail under COURSE_STRICT=1."""
 
 import os
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, is_gone, skip_or_fail
 
-from common import slurm, system_packages
 from common.launch import CommandFailed
+from course import system_packages
+from course.cluster import slurm
 
 LESSON = REPO / "04_multinode"
 SBATCH = LESSON / "slurm" / "multinode.sbatch"
@@ -71,7 +72,7 @@ def test_missing_programs_are_named(monkeypatch):
     monkeypatch.setattr(system_packages, "program", lambda name: None if name == "slurmd" else "/x")
     assert slurm.why_unavailable() == (
         "Slurm is not installed (slurmd not found); install it with "
-        "`sudo python3 -m common.system_packages slurm`"
+        "`sudo python3 -m course.system_packages slurm`"
     )
 
 

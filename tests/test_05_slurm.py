@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import REPO, lesson_module, skip_or_fail
 
-from common import slurm
+from course.cluster import slurm
 
 LESSON = REPO / "05_mingpt"
 SBATCH = LESSON / "slurm" / "sbatch_run.sh"

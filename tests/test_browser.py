@@ -1,15 +1,15 @@
 """The rendered course in a real headless browser (Debian's chromium).
 
-What is covered: lesson 00_intro's page, index and slide deck as `common.build` and
-`common.slides` write them (from the committed notebook, not executed), plus a
+What is covered: lesson 00_intro's page, index and slide deck as `course.build` and
+`course.slides` write them (from the committed notebook, not executed), plus a
 notebook made here whose outputs stand for everything the other lessons show (a
 matplotlib figure as PNG, a matplotlib animation as HTML+JS from `to_jshtml`, a
 table, printed text), executed and rendered both as a page and as a deck. The
 lessons' executed pages are not opened here (building them all takes ten minutes):
-`python -m common.browser_check build/` does that on a full build. And a broken page,
+`python -m course.browser_check build/` does that on a full build. And a broken page,
 to show the check fails when it should.
 
-Chromium comes from `python3 -m common.system_packages` (CI runs it as root first);
+Chromium comes from `python3 -m course.system_packages` (CI runs it as root first);
 without it these tests skip and say why, or fail under COURSE_STRICT=1."""
 
 import subprocess
@@ -20,9 +20,9 @@ import pytest
 from conftest import PYTHON, REPO, skip_or_fail
 from nbclient import NotebookClient
 
-from common import browser_check
-from common.build import to_html, write_index
-from common.slides import to_slides
+from course import browser_check
+from course.build import to_html, write_index
+from course.slides import to_slides
 
 # A valid 1x1 GIF.
 PIXEL = "data:image/gif;base64,R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw=="
@@ -90,7 +90,7 @@ def test_the_rendered_course_loads_cleanly(chromium, tmp_path):
     (build / "00_intro" / "00_intro.html").write_text(lesson_page, encoding="utf-8")
     write_index([(lesson, True, 0.0)], build)
     subprocess.run(
-        [PYTHON, "-m", "common.slides", "00_intro", "--out", str(build)],
+        [PYTHON, "-m", "course.slides", "00_intro", "--out", str(build)],
         cwd=REPO,
         check=True,
         capture_output=True,
@@ -198,7 +198,7 @@ def test_a_broken_page_fails(chromium, tmp_path):
 def test_the_command_exits_non_zero_on_a_broken_page(chromium, tmp_path):
     (tmp_path / "index.html").write_text('<!doctype html><img src="missing.png">')
     result = subprocess.run(
-        [PYTHON, "-m", "common.browser_check", str(tmp_path)],
+        [PYTHON, "-m", "course.browser_check", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -4,7 +4,7 @@ import re
 
 import nbformat
 
-from common.build import lesson_notebooks, to_html
+from course.build import lesson_notebooks, to_html
 
 
 def test_lessons_are_found_in_course_order():

@@ -8,7 +8,7 @@ import psutil
 import pytest
 from conftest import REPO, is_gone
 
-from common.exercises import evaluate, exercise_path, run_in_world, solution_path
+from course.exercises import evaluate, exercise_path, run_in_world, solution_path
 
 # (lesson, exercise, the function the learner writes)
 EXERCISES = [

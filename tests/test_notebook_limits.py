@@ -1,7 +1,7 @@
 """The time limit a reader sees in a notebook cell is the one that applies.
 
 A cell launches scripts with time limits written in it (`run(..., timeout=900)`, or
-`run`'s default of 180 s). nbmake and `common.build` stop a whole cell at the notebook's
+`run`'s default of 180 s). nbmake and `course.build` stop a whole cell at the notebook's
 cell limit (`metadata.execution.timeout`, else pytest's `--nbmake-timeout`). If that
 were shorter than the limits written in the cell, the cell would be killed first and
 the reader's numbers would be false. So every notebook's cell limit must exceed the sum
@@ -58,7 +58,7 @@ def test_written_limits_counts_explicit_and_default_limits():
 def test_the_build_applies_the_same_cell_limit_as_nbmake():
     import nbformat
 
-    from common.build import CELL_TIMEOUT_SECONDS, cell_limit
+    from course.build import CELL_TIMEOUT_SECONDS, cell_limit
 
     assert CELL_TIMEOUT_SECONDS == pytest_cell_limit()
     for notebook in NOTEBOOKS:

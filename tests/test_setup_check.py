@@ -7,12 +7,12 @@ import subprocess
 import torch
 from conftest import PYTHON
 
-from common import setup_check
+from course import setup_check
 
 
 def test_this_machine_passes():
     result = subprocess.run(
-        [PYTHON, "-m", "common.setup_check"], capture_output=True, text=True, timeout=300
+        [PYTHON, "-m", "course.setup_check"], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAIL" not in result.stdout

@@ -10,8 +10,8 @@ import nbformat
 import pytest
 from conftest import PYTHON, REPO
 
-from common.build import lesson_notebooks
-from common.slides import slide_types, to_slides
+from course.build import lesson_notebooks
+from course.slides import slide_types, to_slides
 
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 
@@ -135,7 +135,7 @@ def words(text: str) -> str:
 
 def test_the_command_writes_every_deck(tmp_path):
     result = subprocess.run(
-        [PYTHON, "-m", "common.slides", "--out", str(tmp_path)],
+        [PYTHON, "-m", "course.slides", "--out", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,

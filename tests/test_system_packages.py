@@ -8,7 +8,7 @@ import conftest
 import pytest
 from conftest import PYTHON, REPO
 
-from common import system_packages
+from course import system_packages
 
 
 def test_without_root_it_installs_nothing_and_names_the_command(monkeypatch):
@@ -17,7 +17,7 @@ def test_without_root_it_installs_nothing_and_names_the_command(monkeypatch):
     monkeypatch.setattr(system_packages, "apt_install", lambda *a: pytest.fail("installed"))
     failure = system_packages.install(["chromium"], timeout=5)
     assert failure == (
-        "installing chromium needs root: run `sudo python3 -m common.system_packages`"
+        "installing chromium needs root: run `sudo python3 -m course.system_packages`"
     )
 
 
@@ -30,14 +30,14 @@ def test_nothing_missing_means_nothing_to_do(monkeypatch):
 def test_the_command_runs_without_the_virtual_environment():
     # `.ci/run` calls it with the system's python3 before .venv exists: stdlib only.
     check = subprocess.run(
-        ["python3", "-S", "-m", "common.system_packages", "--check", "chromium"],
+        ["python3", "-S", "-m", "course.system_packages", "--check", "chromium"],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
     assert check.stdout.startswith("chromium: ") and check.returncode in (0, 1), check.stderr
     unknown = subprocess.run(
-        [PYTHON, "-m", "common.system_packages", "slurmm"], cwd=REPO, capture_output=True, text=True
+        [PYTHON, "-m", "course.system_packages", "slurmm"], cwd=REPO, capture_output=True, text=True
     )
     assert unknown.returncode == 2
     assert "no part named slurmm; the parts are: slurm, chromium" in unknown.stderr

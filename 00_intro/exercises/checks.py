@@ -1,8 +1,8 @@
-"""Checks of lesson 00's coding exercises; `common.exercises.check` runs them."""
+"""Checks of lesson 00's coding exercises; `course.exercises.check` runs them."""
 
 import os
 
-from common.exercises import run_in_world
+from course.exercises import run_in_world
 
 
 def _pid_and_answer(exercise):

@@ -1,8 +1,8 @@
-"""Checks of lesson 01's coding exercises; `common.exercises.check` runs them."""
+"""Checks of lesson 01's coding exercises; `course.exercises.check` runs them."""
 
 import torch
 
-from common.exercises import load
+from course.exercises import load
 
 
 def _recording_pass_right(steps: list[bool]):

@@ -1,4 +1,4 @@
-"""Checks of lesson 02's coding exercises; `common.exercises.check` runs them."""
+"""Checks of lesson 02's coding exercises; `course.exercises.check` runs them."""
 
 import torch
 import torch.distributed as dist
@@ -7,8 +7,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.data import SyntheticRegression
-from common.exercises import run_in_world
 from common.models import regression_model
+from course.exercises import run_in_world
 
 WORLD_SIZE, STEPS, MICRO_BATCHES, MICRO_BATCH, LR = 2, 3, 4, 8, 0.05
 

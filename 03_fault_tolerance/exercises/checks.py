@@ -1,11 +1,11 @@
-"""Checks of lesson 03's coding exercises; `common.exercises.check` runs them."""
+"""Checks of lesson 03's coding exercises; `course.exercises.check` runs them."""
 
 import tempfile
 from pathlib import Path
 
 import torch
 
-from common.exercises import load
+from course.exercises import load
 
 
 class _Interrupt:

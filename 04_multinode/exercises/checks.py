@@ -1,6 +1,6 @@
-"""Checks of lesson 04's coding exercises; `common.exercises.check` runs them."""
+"""Checks of lesson 04's coding exercises; `course.exercises.check` runs them."""
 
-from common.exercises import load
+from course.exercises import load
 
 HOSTLISTS = {
     "node1": ["node1"],

@@ -1,9 +1,9 @@
-"""Checks of lesson 05's coding exercises; `common.exercises.check` runs them."""
+"""Checks of lesson 05's coding exercises; `course.exercises.check` runs them."""
 
 import torch
 import torch.nn.functional as F
 
-from common.exercises import load
+from course.exercises import load
 
 SHAPES = ((1, 1, 1, 4), (2, 3, 5, 8), (1, 4, 16, 16), (3, 2, 33, 4))  # batch, heads, time, size
 

@@ -1,12 +1,12 @@
 """Execute every lesson notebook and write the executed, rendered course to `build/`.
 
-    .venv/bin/python -m common.build              # every lesson
-    .venv/bin/python -m common.build 00_intro     # some lessons
+    .venv/bin/python -m course.build              # every lesson
+    .venv/bin/python -m course.build 00_intro     # some lessons
 
 For each lesson it writes `build/<lesson>/<notebook>.ipynb` (with outputs, to open
 in Jupyter), `.html` (to read in a browser) and `.slides.html` (the slide deck, see
-`common.slides`), plus `build/index.html` linking the lessons in order. No page
-loads anything from the network; `python -m common.browser_check build/` proves it
+`course.slides`), plus `build/index.html` linking the lessons in order. No page
+loads anything from the network; `python -m course.browser_check build/` proves it
 in a headless chromium. A notebook that fails is reported and the command exits non-zero
 once the others are built. Every cell has a time limit, as in CI.
 """
@@ -69,7 +69,7 @@ def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
     nbformat.write(nb, out_dir / notebook.name)
     body, _ = to_html(nb)
     (out_dir / notebook.with_suffix(".html").name).write_text(body, encoding="utf-8")
-    from common.slides import to_slides  # it builds on this module
+    from course.slides import to_slides  # it builds on this module
 
     deck = to_slides(copy.deepcopy(nb))
     (out_dir / f"{notebook.stem}.slides.html").write_text(deck, encoding="utf-8")

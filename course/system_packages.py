@@ -1,8 +1,8 @@
 """Install the Debian packages that the root-only parts of the course need, as a step
 of its own: nothing in the course or its tests installs them as a side effect.
 
-    sudo python3 -m common.system_packages          # from the repository folder
-    sudo python3 -m common.system_packages --check  # only say what is missing
+    sudo python3 -m course.system_packages          # from the repository folder
+    sudo python3 -m course.system_packages --check  # only say what is missing
 
 - Slurm and munge, for lesson 04's local two-node cluster (and 05's sbatch test);
 - chromium, for the check that the rendered course loads nothing from the network.
@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 
-from common.apt import apt_install
+from course.cluster.apt import apt_install
 
 # Folders where Debian puts daemons, which a non-root PATH may lack.
 SYSTEM_FOLDERS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
@@ -29,7 +29,7 @@ PARTS = {
     ),
     "chromium": (["chromium"], ["chromium"]),
 }
-INSTALL_COMMAND = "sudo python3 -m common.system_packages"
+INSTALL_COMMAND = "sudo python3 -m course.system_packages"
 
 
 def program(name: str) -> str | None:

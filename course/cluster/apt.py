@@ -1,5 +1,5 @@
 """Install Debian packages with apt-get, as root: the mechanism behind
-`python3 -m common.system_packages`, the one command that installs what the root-only
+`python3 -m course.system_packages`, the one command that installs what the root-only
 parts of the course need (Slurm, chromium). Standard library only.
 
 A file lock keeps two callers from running apt-get at the same time; whoever comes

@@ -1,6 +1,6 @@
 """Check that this machine can run the course, before the first lesson.
 
-    .venv/bin/python -m common.setup_check
+    .venv/bin/python -m course.setup_check
 
 Introduced in 00_intro. Each line is OK, a NOTE (the course runs, with a caveat), or
 FAIL with the fix in one line. Exits 1 when something the course needs is missing.

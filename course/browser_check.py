@@ -1,11 +1,11 @@
 """Open the rendered course in a real headless browser and report what went wrong.
 
-    .venv/bin/python -m common.build && .venv/bin/python -m common.slides
-    .venv/bin/python -m common.browser_check build/
+    .venv/bin/python -m course.build && .venv/bin/python -m course.slides
+    .venv/bin/python -m course.browser_check build/
 
 Every `.html` page under the folder (the index, each lesson, each slide deck) is
 served by a local web server on 127.0.0.1 (a free port) and opened in Debian's
-chromium (`sudo python3 -m common.system_packages chromium`), driven through the Chrome
+chromium (`sudo python3 -m course.system_packages chromium`), driven through the Chrome
 DevTools protocol over a pipe (`--remote-debugging-pipe`: no port, no package beyond the
 standard library). A page fails when, by the time chromium reports it loaded and the network
 idle, it has:
@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from common.system_packages import INSTALL_COMMAND, program
+from course.system_packages import INSTALL_COMMAND, program
 
 CHROMIUM = "chromium"
 FLAGS = [
@@ -259,7 +259,7 @@ def main() -> int:
     if shutil.which(args.chromium) is None:
         sys.exit(f"{args.chromium} not found: install it with `{INSTALL_COMMAND} chromium`")
     if not (args.folder / "index.html").exists():
-        sys.exit(f"no {args.folder}/index.html: build the course first (python -m common.build)")
+        sys.exit(f"no {args.folder}/index.html: build the course first (python -m course.build)")
     results = check(args.folder, executable=args.chromium)
     for page, problems in results.items():
         print(f"{'FAIL' if problems else 'ok  '}  {page}")

@@ -12,7 +12,7 @@ Each lesson folder has an `exercises/` folder:
   expected and what came back;
 - `solutions/<name>.py`: a worked answer.
 
-`exercises.check("02_multigpu", "accumulate")` (after `from common import exercises`)
+`exercises.check("02_multigpu", "accumulate")` (after `from course import exercises`)
 in a notebook prints one line:
 
 - `not attempted yet: ...` while the function still raises NotImplementedError (the
@@ -105,7 +105,7 @@ def check(lesson: str, name: str) -> None:
 
 
 def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeout, answer):
-    """One process of the world (`python -m common.exercises ...`): run the check's
+    """One process of the world (`python -m course.exercises ...`): run the check's
     runner on the learner's module and write (kind, value) to the file `answer`."""
     import torch
     import torch.distributed as dist
@@ -159,7 +159,7 @@ def run_in_world(
         try:
             for rank in range(world_size):
                 with open(logs[rank], "w") as log:
-                    command = [sys.executable, "-m", "common.exercises", str(runner[0])]
+                    command = [sys.executable, "-m", "course.exercises", str(runner[0])]
                     command += [runner[1], str(path), str(rank), str(world_size), str(store)]
                     command += [str(timeout), str(answers[rank])]
                     workers.append(

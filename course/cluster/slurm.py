@@ -4,7 +4,7 @@ Introduced in 04_multinode; used by its notebook and tests. Nothing here changes
 machine's own Slurm configuration:
 
 - `why_unavailable()` says in one line why a cluster cannot start here (not Linux,
-  not root, Slurm not installed: `python3 -m common.system_packages` installs it);
+  not root, Slurm not installed: `python3 -m course.system_packages` installs it);
 - `LocalCluster` starts munged, one slurmctld and one slurmd per node, each slurmd
   started as `slurmd -N node1`, `-N node2`, ... on 127.0.0.1 with a port of its own
   (Debian builds Slurm with multiple-slurmd support, which this relies on: see
@@ -33,11 +33,11 @@ from pathlib import Path
 
 import psutil
 
-from common import system_packages
 from common.launch import CommandFailed, CommandTimedOut
 from common.ports import free_port
 from common.processes import ProcessTree
-from common.system_packages import INSTALL_COMMAND, missing_programs, program
+from course import system_packages
+from course.system_packages import INSTALL_COMMAND, missing_programs, program
 
 FINAL_STATES = (
     "COMPLETED",

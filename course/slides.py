@@ -1,10 +1,10 @@
 """Every lesson notebook as a slide deck that opens offline.
 
-    .venv/bin/python -m common.slides              # every lesson
-    .venv/bin/python -m common.slides 00_intro     # some lessons
+    .venv/bin/python -m course.slides              # every lesson
+    .venv/bin/python -m course.slides 00_intro     # some lessons
 
 Writes `build/<lesson>/<notebook>.slides.html` and `build/slides.html` (a list of the
-decks). `python -m common.build` writes each deck too, with the executed notebook;
+decks). `python -m course.build` writes each deck too, with the executed notebook;
 this command executes nothing, so a deck takes a second or two: it renders from the
 executed notebook `build/<lesson>/<notebook>.ipynb` when there is one (plots and
 results on the slides), else from the lesson's own notebook, without outputs.
@@ -38,7 +38,7 @@ from pathlib import Path
 import nbformat
 from nbconvert import SlidesExporter
 
-from common.build import REPO, TEMPLATES, lesson_notebooks, offline, write_list_page
+from course.build import REPO, TEMPLATES, lesson_notebooks, offline, write_list_page
 
 HEADING = re.compile(r"^(#{1,3}) +(.+?)\s*$")
 SOLUTIONS = re.compile(r"solutions?\b", re.IGNORECASE)

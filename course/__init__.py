@@ -1,0 +1,15 @@
+"""The course's own machinery: what runs the course, as opposed to what it teaches.
+
+The subject is in the lesson folders and in `common/` (what lesson scripts share, and
+what a learner is sent to read). This package is what a learner may use but need not
+read, and `common/` never imports it:
+
+- `build`, `slides`, `browser_check`: execute every notebook and render the course
+  site and slide decks to `build/`, then open every page in headless chromium.
+- `setup_check`: can this machine run the course? (before 00_intro).
+- `exercises`: the coding exercises' checks (`exercises.check(lesson, name)`).
+- `system_packages`: the one command that installs the Debian packages of the
+  root-only parts (Slurm, munge, chromium); nothing else installs them.
+- `cluster`: the local stand-ins for a cluster used by 04_multinode: a two-node Slurm
+  cluster, two hosts in network namespaces, and the apt helper that installs them.
+"""
