@@ -28,7 +28,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, device_type, end_process, log0
+from common.distributed import device_type, end_process, log0
 from common.models import regression_model
 from common.ports import free_port
 from common.snapshot import save_atomic
@@ -40,13 +40,19 @@ SHUFFLE_SEED = 0
 
 def ddp_setup(global_rank: int, world_size: int, port: int) -> torch.device:
     """Join the process group: every process meets the others at 127.0.0.1:port."""
-    device = device_for(local_rank=global_rank)  # one machine: local rank = global rank
-    if device.type == "cpu":
+    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
+        # One machine: a process's local rank is its global rank, and process i owns
+        # GPU i. Without set_device every process would put its CUDA context and
+        # nccl's buffers on GPU 0.
+        torch.cuda.set_device(global_rank)
+        device, backend = torch.device("cuda", global_rank), "nccl"  # GPU-to-GPU transfers
+    else:
+        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
         # mp.spawn, unlike torchrun, lets every process use every core: N processes
         # each running N threads would fight over the cores. Give each its share.
         torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=backend,
         init_method=f"tcp://127.0.0.1:{port}",
         rank=global_rank,
         world_size=world_size,

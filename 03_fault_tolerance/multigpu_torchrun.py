@@ -48,7 +48,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
+from common.distributed import device_type, end_process, log, log0, require_torchrun
 from common.models import regression_model
 from common.snapshot import SnapshotError, load, save_atomic
 
@@ -59,10 +59,20 @@ SHUFFLE_SEED = 0
 
 def ddp_setup() -> torch.device:
     """Join the process group at the address torchrun chose, as the rank it gave us."""
-    local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
-    device = device_for(local_rank)
+    require_torchrun(LAUNCH)  # started some other way: one line saying how, then exit
+    # torchrun tells every worker its place in the job through environment variables.
+    local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
+    global_rank = int(os.environ["RANK"])  # its number in the whole job
+    world_size = int(os.environ["WORLD_SIZE"])
+    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
+        # Process i of a machine owns GPU i. Without set_device every process would put
+        # its CUDA context and nccl's buffers on GPU 0.
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
+    else:
+        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
     # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(backend=backend)
     # Counts the times torchrun restarted the group after a failure (0 on the first run).
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     log(

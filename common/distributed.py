@@ -33,26 +33,30 @@ def device_type() -> str:
 
 
 def backend_for(device: str) -> str:
-    """nccl moves CUDA tensors between GPUs; gloo moves CPU tensors (and runs anywhere)."""
+    """nccl moves CUDA tensors between GPUs; gloo moves CPU tensors (and runs anywhere).
+    Stands for: `"nccl" if device == "cuda" else "gloo"`."""
     return "nccl" if device == "cuda" else "gloo"
 
 
 def device_for(local_rank: int) -> torch.device:
     """The device this process trains on. Each process on a machine owns one GPU,
-    chosen by its *local* rank; on CPU every process uses the CPU."""
+    chosen by its *local* rank; on CPU every process uses the CPU.
+
+    Stands for (03_fault_tolerance/multigpu_torchrun.py writes it out):
+    `torch.cuda.set_device(local_rank); device = torch.device("cuda", local_rank)` on a
+    GPU machine, else `torch.device("cpu")`. Without `set_device` every process of a
+    machine would put its CUDA context and nccl's buffers on GPU 0."""
     if device_type() == "cuda":
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 
 
-def torchrun_env(launch_hint: str) -> tuple[int, int, int]:
-    """(local_rank, global_rank, world_size) as torchrun sets them.
-
-    Started without torchrun, the script stops with one line telling how to start
-    it: `launch_hint` is the command to show, e.g.
-    "torchrun --standalone --nproc_per_node=2 hello_ddp.py".
-    """
+def require_torchrun(launch_hint: str) -> None:
+    """Stop with one line telling how to start the script when torchrun did not start
+    it (it sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every
+    worker). `launch_hint` is the command to show, e.g.
+    "torchrun --standalone --nproc_per_node=2 hello_ddp.py"."""
     missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
     if missing:
         script = Path(sys.argv[0]).name
@@ -60,6 +64,13 @@ def torchrun_env(launch_hint: str) -> tuple[int, int, int]:
             f"{script} must be started by torchrun (it sets {', '.join(missing)}); "
             f"launch it as: {launch_hint}"
         )
+
+
+def torchrun_env(launch_hint: str) -> tuple[int, int, int]:
+    """(local_rank, global_rank, world_size) as torchrun sets them, after
+    `require_torchrun(launch_hint)`. Stands for `int(os.environ["LOCAL_RANK"])`,
+    `int(os.environ["RANK"])`, `int(os.environ["WORLD_SIZE"])`."""
+    require_torchrun(launch_hint)
     return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 

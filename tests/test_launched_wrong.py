@@ -81,7 +81,8 @@ def lesson_scripts() -> set[str]:
 
 def is_torchrun_script(script: str) -> bool:
     """True for the scripts that torchrun starts: they read what torchrun sets."""
-    return "torchrun_env(" in (REPO / script).read_text()
+    text = (REPO / script).read_text()
+    return "torchrun_env(" in text or "require_torchrun(" in text
 
 
 @pytest.fixture(scope="module")
