@@ -81,20 +81,34 @@ def test_ddp_equals_one_process_and_the_hand_written_all_reduce(world_size, tmp_
 def test_bucket_count_follows_bucket_cap_mb(tmp_path):
     out = tmp_path / "buckets.json"
     output = torchrun(
-        "ddp_buckets.py", 2, f"--caps 1 2 25 --iterations 2 --out {out}", tmp_path=tmp_path
+        "ddp_buckets.py", 2, f"--caps default 1 2 25 --iterations 2 --out {out}", tmp_path=tmp_path
     )
     counts = dict(re.findall(r"bucket_cap_mb=(\S+): (\d+) buckets?", output))
-    assert counts == {"1": "8", "2": "4", "25": "1"}
+    # Plain DDP(model) is not bucket_cap_mb=25: its first bucket has a smaller cap.
+    assert counts == {"default": "2", "1": "8", "2": "4", "25": "1"}
+    first_cap_mb = float(re.search(r"the first one up to ([\d.]+) MB", output)[1])
+    # The first iteration puts everything in one bucket; they are rebuilt after it.
+    assert output.count("first iteration: 1 bucket(s)") == 4, output
     events = json.loads(out.read_text())
-    for cap, buckets in (("1.0", 8), ("2.0", 4), ("25.0", 1)):
-        launches = [e for e in events[cap] if e["kind"] == "bucket_launch"]
+    for cap, buckets in (("default", 2), ("1", 8), ("2", 4), ("25", 1)):
+        launches = sorted(
+            (e for e in events[cap] if e["kind"] == "bucket_launch"), key=lambda e: e["time"]
+        )
         ready = [e for e in events[cap] if e["kind"] == "grad_ready"]
-        assert sorted(e["index"] for e in launches) == list(range(buckets))
+        # Launched strictly in index order.
+        assert [e["index"] for e in launches] == list(range(buckets))
         assert len(ready) == 16  # 8 layers x (weight, bias), each hook once
         assert sum(e["numel"] for e in launches) == 8 * (512 * 512 + 512)
         assert all(e["time"] < e["done"] for e in launches)
+    first_bucket_mb = {}
+    for cap in ("default", "25"):
+        launches = [e for e in events[cap] if e["kind"] == "bucket_launch"]
+        first_bucket_mb[cap] = next(e["numel"] for e in launches if e["index"] == 0) * 4 / 2**20
+    # The default's first bucket holds the last layer only (1 MB of gradients); an
+    # explicit cap of 25 caps the first bucket too, so it takes the whole 8 MB model.
+    assert first_bucket_mb["default"] <= first_cap_mb + 0.01 < first_bucket_mb["25"]
     # Hooks fire last layer first; with small buckets, sending starts before backward ends.
-    order = [int(e["name"].split(".")[0]) for e in events["1.0"] if e["kind"] == "grad_ready"]
+    order = [int(e["name"].split(".")[0]) for e in events["1"] if e["kind"] == "grad_ready"]
     assert order == sorted(order, reverse=True)
-    first_launch = min(e["time"] for e in events["1.0"] if e["kind"] == "bucket_launch")
-    assert first_launch < max(e["time"] for e in events["1.0"] if e["kind"] == "grad_ready")
+    first_launch = min(e["time"] for e in events["1"] if e["kind"] == "bucket_launch")
+    assert first_launch < max(e["time"] for e in events["1"] if e["kind"] == "grad_ready")
