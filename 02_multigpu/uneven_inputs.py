@@ -8,7 +8,13 @@ hangs until the process group's `--timeout` ends it with an error.
 
 With `--join`, the loop runs inside `Join([model])`: a rank that runs out of batches
 "joins" and, until every rank has, shadows the others' all-reduces with zeros, so
-the ranks still holding data finish their steps and the models stay identical.
+the ranks still holding data finish their steps. The replicas then differ (a joined
+rank takes no more optimizer steps), until the context ends: DDP's join hook then
+broadcasts the parameters of the last rank to join to every rank. The script prints
+a digest of each rank's weights just before and after that, to show it. The
+optimizer's state is not synchronized (momentum or Adam states would stay different),
+and inside `Join` every forward pass adds one small all-reduce: each rank tells the
+joined ones whether a backward all-reduce is coming.
 
 Launch it (from any folder, with the path to this file):
 
@@ -16,6 +22,7 @@ Launch it (from any folder, with the path to this file):
     torchrun --standalone --nproc_per_node=2 uneven_inputs.py --join        # finishes
 """
 
+import hashlib
 import sys
 import time
 from datetime import timedelta
@@ -33,6 +40,12 @@ from common.models import regression_model
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 uneven_inputs.py [--join] [--timeout 3]"
 BATCH_SIZE = 16
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A short fingerprint of the parameters: equal digests, bit-identical weights."""
+    flat = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
+    return hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:12]
 
 
 def main() -> None:
@@ -55,9 +68,11 @@ def main() -> None:
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     # Uneven on purpose: rank r gets batches + r batches of its own samples.
-    dataset = SyntheticRegression(size=BATCH_SIZE * (args.batches + world_size))
-    my_batches = args.batches + global_rank
-    first = BATCH_SIZE * global_rank
+    # Rank r's samples follow those of ranks 0..r-1: no two ranks share a sample.
+    batches = [args.batches + rank for rank in range(world_size)]
+    dataset = SyntheticRegression(size=BATCH_SIZE * sum(batches))
+    my_batches = batches[global_rank]
+    first = BATCH_SIZE * sum(batches[:global_rank])
 
     def train() -> int:
         steps = 0
@@ -78,6 +93,10 @@ def main() -> None:
             # batches ends it on every rank together.
             with Join([model]):
                 steps = train()
+                log(f"ran {steps} steps; weights {weights_digest(model)} (inside Join)")
+            # Leaving the context ran DDP's join hook: the last joiner's parameters
+            # were broadcast to every rank.
+            log(f"weights {weights_digest(model)} (after Join)")
         else:
             steps = train()
         log(f"ran {steps} steps; at the end-of-epoch barrier")
