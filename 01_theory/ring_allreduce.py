@@ -135,7 +135,8 @@ def benchmark(sizes, repeats, straightforward, world_size, device) -> list[dict]
         f"busbw = algbw x 2(N-1)/N = algbw x {bus_factor(world_size):.2f}"
     )
     header = (
-        f"{'size':>6} {'all_reduce ms':>14} {'busbw GB/s':>11} {'ring ms':>9} {'busbw GB/s':>11}"
+        f"{'size':>6} {'all_reduce ms':>14} {'algbw GB/s':>11} {'busbw GB/s':>11} "
+        f"{'ring ms':>9} {'busbw GB/s':>11}"
     )
     header += f" {'ring/lib':>9}"
     if straightforward:
@@ -164,7 +165,8 @@ def benchmark(sizes, repeats, straightforward, world_size, device) -> list[dict]
         row["ratio"] = row["ring_busbw"] / row["all_reduce_busbw"]
         line = (
             f"{human(size):>6} {row['all_reduce_seconds'] * 1e3:>14.3f} "
-            f"{row['all_reduce_busbw']:>11.3f} {row['ring_seconds'] * 1e3:>9.3f} "
+            f"{row['all_reduce_algbw']:>11.3f} {row['all_reduce_busbw']:>11.3f} "
+            f"{row['ring_seconds'] * 1e3:>9.3f} "
             f"{row['ring_busbw']:>11.3f} {row['ratio']:>9.2f}"
         )
         if straightforward:

@@ -121,7 +121,10 @@ def main():
     if problems:
         log0("WRONG: " + "; ".join(problems))
         sys.exit(1)
-    log0("shards are disjoint and cover the dataset; set_epoch reshuffles, forgetting it does not")
+    log0(
+        "shards cover the dataset, disjoint unless padded (padding repeats the first "
+        "indices); set_epoch reshuffles, forgetting it does not"
+    )
     dist.destroy_process_group()
 
 

@@ -15,7 +15,8 @@ element; some are empty when the tensor has fewer than N elements).
    to the right and stores chunk (r - s) mod N from the left. Afterwards every rank
    holds every summed chunk.
 
-Each rank sends 2(N-1) chunks of n/N elements: 2(N-1)/N of the tensor, whatever N.
+Each rank sends 2(N-1) chunks of n/N elements: 2(N-1)/N of the tensor, under 2 however
+large N grows.
 Sending everything to one rank and broadcasting back costs that rank (N-1) whole
 tensors each way instead.
 
