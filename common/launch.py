@@ -20,6 +20,9 @@ that joins a running job), `start` launches a command in the background and retu
 `Command`: `wait_for` a line of its output, then `wait` for it to end. While any wait
 runs, the output of every running command is shown, each line prefixed by its label.
 If a wait fails, times out or is interrupted, every running command is killed.
+
+`LineStream` is how output is shown: a whole line at a time, whatever size the pieces
+arrive in. `course.cluster.slurm_jobs` shows a Slurm job's output file with it too.
 """
 
 import atexit
@@ -65,6 +68,41 @@ def resolve(argv: list[str]) -> list[str]:
     return argv
 
 
+class LineStream:
+    """Text that arrives in pieces (a pipe's lines, a file that grows), kept in full and
+    shown one whole line at a time after `prefix`: a line is never shown half-written,
+    nor cut in two by another command's output."""
+
+    def __init__(self, prefix: str = "", quiet: bool = False):
+        self.prefix, self.quiet = prefix, quiet
+        self.lines: list[str] = []  # each ends with "\n", but a last one may not
+        self._unfinished = ""  # after the last "\n": shown when its line ends
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines) + self._unfinished
+
+    def add(self, text: str) -> None:
+        """Keep `text`, and show the lines it completes."""
+        text = self._unfinished + text
+        cut = text.rfind("\n") + 1
+        self._unfinished = text[cut:]
+        self._show([line + "\n" for line in text[:cut].split("\n")[:-1]])
+
+    def end(self) -> None:
+        """No more text comes: keep and show the unfinished last line, if there is one,
+        ending it on screen so that what is printed next starts a line of its own."""
+        if self._unfinished:
+            self._show([self._unfinished], end="\n")
+            self._unfinished = ""
+
+    def _show(self, lines: list[str], end: str = "") -> None:
+        self.lines.extend(lines)
+        if lines and not self.quiet:
+            sys.stdout.write("".join(self.prefix + line for line in lines) + end)
+            sys.stdout.flush()
+
+
 # Commands started and not yet ended; every wait shows their output.
 _running: list["Command"] = []
 
@@ -77,7 +115,8 @@ class Command:
             command = command.replace("{port}", str(free_port()))
         self.command, self.label, self.quiet = command, label, quiet
         self.prefix = f"[{label}] " if label else ""
-        self.lines: list[str] = []
+        self._stream = LineStream(self.prefix, quiet)
+        self.lines = self._stream.lines  # the lines so far, for `wait_for` and notebooks
         self.returncode: int | None = None
         self._tree = ProcessTree()
         if not quiet:
@@ -108,7 +147,7 @@ class Command:
 
     @property
     def output(self) -> str:
-        return "".join(self.lines)
+        return self._stream.text
 
     def _read(self) -> None:
         for line in self._process.stdout:
@@ -129,13 +168,11 @@ class Command:
             except queue.Empty:
                 return got
             if line is None:
+                self._stream.end()
                 self._ended = True
                 return got
             got = True
-            self.lines.append(line)
-            if not self.quiet:
-                sys.stdout.write(self.prefix + line)
-                sys.stdout.flush()
+            self._stream.add(line)
 
     @property
     def done(self) -> bool:

@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from course.cluster import slurm
+
 # Two test workers on 2 cores run notebooks and DDP processes side by side. With
 # PyTorch's default of one intra-op thread per core, each process that torchrun did not
 # start (notebook kernels, mp.spawn, single-process runs) would fight the others for
@@ -79,3 +81,10 @@ def skip_or_fail(reason: str | None) -> None:
     if STRICT:
         pytest.fail(f"COURSE_STRICT=1, and this part cannot run: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def slurm_installed():
+    """Lesson 04's local Slurm cluster can start here (root, Slurm installed), or the
+    test skips saying why (fails under COURSE_STRICT=1)."""
+    skip_or_fail(slurm.why_unavailable())

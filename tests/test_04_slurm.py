@@ -1,18 +1,20 @@
 """Lesson 04: a real two-node Slurm cluster on this machine reports a failed job as a
-failure, refuses a wrong folder in one line, and leaves no daemon, job process or
-folder behind, even when a job is still running at the end. (The lesson's sbatch
-script training on two nodes is run and checked by the notebook itself.)
+failure, refuses a wrong folder in one line, shows the sbatch command exactly as it
+ran it, and leaves no daemon, job process or folder behind, even when a job is still
+running at the end. (The lesson's sbatch script training on two nodes is run and
+checked by the notebook itself.)
 
 Slurm comes from `python3 -m course.system_packages` (CI runs it as root first);
 without it these tests skip and say why, or fail under COURSE_STRICT=1."""
 
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, is_gone, skip_or_fail
+from conftest import REPO, is_gone
 
 from common.launch import CommandFailed
 from course import system_packages
@@ -22,17 +24,49 @@ LESSON = REPO / "04_multinode"
 SBATCH = LESSON / "slurm" / "multinode.sbatch"
 
 
-@pytest.fixture(scope="session")
-def slurm_installed():
-    skip_or_fail(slurm.why_unavailable())
-
-
 def test_a_failing_job_fails(slurm_installed, tmp_path):
     script = tmp_path / "fail.sbatch"
     script.write_text("#!/bin/bash\n#SBATCH --nodes=2\necho about to fail\nexit 3\n")
     with pytest.raises(CommandFailed, match=r"ended FAILED \(exit code 3:0\)") as failure:
         slurm.run_sbatch(script, cwd=tmp_path, timeout=60)
     assert "about to fail" in failure.value.output
+
+
+def test_the_command_shown_is_the_command_that_ran(slurm_installed, tmp_path, capsys):
+    """What run_sbatch shows carries the options sbatch really got (--chdir, --export)
+    and the submit folder: typed into a shell, the line submits the very same job."""
+    submit, work = tmp_path / "submit", tmp_path / "work"
+    submit.mkdir()
+    work.mkdir()
+    (submit / "where.sbatch").write_text(
+        "#!/bin/bash\n#SBATCH --nodes=1\n"
+        'echo "in $PWD, submitted from $SLURM_SUBMIT_DIR, GREETING=$GREETING, args: $*"\n'
+    )
+    ran = f"in {work}, submitted from {submit}, GREETING=hello, args: one two"
+    with slurm.LocalCluster(nodes=1) as cluster:
+        output = cluster.run_job(
+            submit / "where.sbatch",
+            "one two",
+            cwd=submit,
+            workdir=work,
+            export={"GREETING": "hello"},
+        )
+        shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
+        assert shown == [
+            f"$ cd {submit} && sbatch --parsable --chdir={work} --export=ALL,GREETING=hello "
+            "where.sbatch 'one two'"
+        ]
+        assert ran in output
+        typed = subprocess.run(
+            ["bash", "-c", shown[0].removeprefix("$ ")],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        _, again = cluster.wait(int(typed.stdout), timeout=60, show=False)
+        assert ran in again
 
 
 def test_nothing_is_left_running_even_with_a_job_in_flight(slurm_installed, tmp_path):

@@ -11,9 +11,8 @@ import re
 import shutil
 import subprocess
 
-import pytest
 import torch
-from conftest import REPO, lesson_module, skip_or_fail
+from conftest import REPO, lesson_module
 
 from course.cluster import slurm
 
@@ -30,11 +29,6 @@ TINY = (
 )
 # torchrun's agent logs (LOGLEVEL=INFO) what each rendezvous gave it, a field a line.
 AGENT_FIELD = re.compile(r"^I\S+ \S+ (\d+) \S+api\.py:\d+\]\s+(\w+)=(.*)$", re.MULTILINE)
-
-
-@pytest.fixture(scope="session")
-def slurm_installed():
-    skip_or_fail(slurm.why_unavailable())
 
 
 def lesson_copy(folder):

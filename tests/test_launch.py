@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import PYTHON, REPO, SCRIPTS, is_gone, pids_in
 
-from common.launch import CommandFailed, CommandTimedOut, resolve, run, start
+from common.launch import CommandFailed, CommandTimedOut, LineStream, resolve, run, start
 
 
 def test_streams_output_and_returns_it(capsys):
@@ -163,3 +163,14 @@ def test_record_puts_the_workers_own_traceback_into_torchruns_report():
     assert "error_file: <N/A>" in plain_report and "ValueError" not in plain_report
     assert 'raise ValueError("the worker\'s own error")' in recorded_report
     assert "ValueError: the worker's own error" in recorded_report
+
+
+def test_a_line_stream_shows_whole_lines_only(capsys):
+    stream = LineStream(prefix="[job] ")
+    stream.add("first li")
+    assert capsys.readouterr().out == ""  # half a line is kept, not shown
+    stream.add("ne\nsecond line\nthi")
+    assert capsys.readouterr().out == "[job] first line\n[job] second line\n"
+    stream.end()  # the last line had no newline: shown, and ended on screen
+    assert capsys.readouterr().out == "[job] thi\n"
+    assert stream.text == "first line\nsecond line\nthi"  # kept exactly as it came

@@ -1,7 +1,7 @@
 """A real two-node Slurm cluster on this machine, started for one job and torn down.
 
 Introduced in 04_multinode; used by its notebook and tests. Nothing here changes the
-machine's own Slurm configuration:
+machine's own Slurm configuration (`slurm_conf` writes the cluster's own):
 
 - `why_unavailable()` says in one line why a cluster cannot start here (not Linux,
   not root, Slurm not installed: `python3 -m course.system_packages` installs it);
@@ -12,8 +12,10 @@ machine's own Slurm configuration:
   configuration, state, logs and the munge key live in one temporary folder. On the
   way out, whatever happened, every daemon and every process of every job is ended
   and the folder is removed;
-- `run_sbatch(script, ...)` does it all for one script: start the cluster, `sbatch`,
-  stream the job's output while it runs, and fail if the job fails.
+- `run_sbatch(script, ...)` does it all for one script: start the cluster, show the
+  `sbatch` command exactly as it runs it, stream the job's output while it runs, and
+  fail if the job fails. The user's side of the cluster (Slurm's commands, jobs) is
+  in `slurm_jobs`, which `LocalCluster` inherits from.
 
 The job sees the nodes as a real cluster would (`SLURM_JOB_NODELIST=node[1-2]`,
 `srun` starts one task per node through each node's slurmd), but both "nodes" are
@@ -21,10 +23,7 @@ this machine, so they share its filesystem and its cores.
 """
 
 import os
-import random
-import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,23 +32,11 @@ from pathlib import Path
 
 import psutil
 
-from common.launch import CommandFailed, CommandTimedOut
-from common.ports import free_port
 from common.processes import ProcessTree
 from course import system_packages
+from course.cluster.slurm_conf import slurm_conf
+from course.cluster.slurm_jobs import SlurmClient
 from course.system_packages import INSTALL_COMMAND, missing_programs, program
-
-FINAL_STATES = (
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "PREEMPTED",
-)
 
 
 def is_root() -> bool:
@@ -74,9 +61,10 @@ def why_unavailable() -> str | None:
     return None
 
 
-class LocalCluster:
+class LocalCluster(SlurmClient):
     """Slurm with `nodes` compute nodes, all on 127.0.0.1. Use it as a context
-    manager: the daemons start on entry and are all gone on exit."""
+    manager: the daemons start on entry and are all gone on exit. Its commands and
+    jobs (`command`, `sbatch`, `job`, `wait`) come from `slurm_jobs.SlurmClient`."""
 
     def __init__(self, nodes: int = 2, cpus_per_node: int | None = None, startup_timeout=60):
         self.node_names = [f"node{i}" for i in range(1, nodes + 1)]
@@ -101,24 +89,6 @@ class LocalCluster:
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
         }
-
-    def command(self, *argv: str, timeout: float = 30, cwd=None) -> str:
-        """Run a Slurm client command (scontrol, sinfo, ...) and return its output."""
-        result = subprocess.run(
-            [program(argv[0]) or argv[0], *argv[1:]],
-            env=self.env,
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if result.returncode != 0:
-            raise CommandFailed(
-                f"`{' '.join(argv)}` exited with status {result.returncode}: "
-                f"{result.stderr.strip()}",
-                result.stdout + result.stderr,
-            )
-        return result.stdout
 
     # -- start and stop ------------------------------------------------------------
     def __enter__(self) -> "LocalCluster":
@@ -178,57 +148,12 @@ class LocalCluster:
         self._until(self.munge_socket.exists, "munged to open its socket")
 
     def _write_config(self) -> None:
-        folder = self.folder
-        controller = socket.gethostname().split(".")[0]  # slurmctld checks its own name
-        lines = [
-            "ClusterName=course",
-            f"SlurmctldHost={controller}(127.0.0.1)",
-            f"SlurmctldPort={free_port()}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            f"StateSaveLocation={folder / 'slurmctld'}",
-            f"SlurmdSpoolDir={folder / 'spool-%n'}",
-            f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
-            f"SlurmdPidFile={folder / 'slurmd-%n.pid'}",
-            f"SlurmctldLogFile={folder / 'slurmctld.log'}",
-            f"SlurmdLogFile={folder / 'slurmd-%n.log'}",
-            f"PlugStackConfig={folder / 'plugstack.conf'}",
-            # No cgroups: processes are tracked by their parent ids, tasks not pinned.
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "SwitchType=switch/none",
-            "MpiDefault=none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_CPU",
-            "SchedulerType=sched/builtin",
-            "AccountingStorageType=accounting_storage/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "JobCompType=jobcomp/none",
-            "ReturnToService=2",
-            # Every cluster would number its jobs from 1, and a job's output file
-            # (`%x-%j.out`) could be an old one of the same name: start somewhere else.
-            f"FirstJobId={random.randint(10_000, 9_999_999)}",
-            # Every node claims the machine's CPUs; trust the config, not the hardware.
-            "SlurmdParameters=config_overrides",
-            "KillWait=5",
-        ]
+        config = slurm_conf(self.folder, self.node_names, self.cpus_per_node, self.munge_socket)
+        (self.folder / "slurm.conf").write_text(config)
+        (self.folder / "plugstack.conf").write_text("")  # no SPANK plugins, not the machine's
+        (self.folder / "slurmctld").mkdir()
         for name in self.node_names:
-            lines.append(
-                f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 "
-                f"Port={free_port()} CPUs={self.cpus_per_node} State=UNKNOWN"
-            )
-        lines.append(
-            f"PartitionName=course Nodes={','.join(self.node_names)} Default=YES "
-            "MaxTime=INFINITE State=UP"
-        )
-        (folder / "slurm.conf").write_text("\n".join(lines) + "\n")
-        (folder / "plugstack.conf").write_text("")
-        (folder / "slurmctld").mkdir()
-        for name in self.node_names:
-            (folder / f"spool-{name}").mkdir()
+            (self.folder / f"spool-{name}").mkdir()
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.folder / f"{name}.out", "w")
@@ -242,12 +167,6 @@ class LocalCluster:
             start_new_session=True,
         )
         log.close()
-
-    def _quiet(self, *argv: str) -> str:
-        try:
-            return self.command(*argv, timeout=10)
-        except (CommandFailed, subprocess.TimeoutExpired):
-            return ""
 
     def _all_idle(self) -> bool:
         states = dict(
@@ -287,7 +206,7 @@ class LocalCluster:
     def stop(self) -> None:
         """End every job, every daemon and every job process, then remove the folder."""
         if self._daemons.get("slurmctld") is not None and self._daemons["slurmctld"].poll() is None:
-            self._cancel_jobs()
+            self.cancel_jobs()
         # slurmd first (it stops job steps it owns), the controller, then munge.
         order = [name for name in self._daemons if name.startswith("slurmd")]
         order += ["slurmctld", "munged"]
@@ -306,18 +225,6 @@ class LocalCluster:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
-
-    def _cancel_jobs(self) -> None:
-        """Cancel what is still queued or running, and wait (briefly) until it is gone."""
-        jobs = self._quiet("squeue", "--noheader", "--format=%i").split()
-        if not jobs:
-            return
-        self._quiet("scancel", *jobs)
-        deadline = time.monotonic() + 15
-        while self._quiet("squeue", "--noheader", "--format=%i").split():
-            if time.monotonic() > deadline:
-                return  # what is left is killed below
-            time.sleep(0.1)  # polling the controller until the jobs are gone
 
     def _kill_step_daemons(self) -> None:
         """slurmstepd (one per job step) outlives slurmd, ignores SIGTERM and wipes its
@@ -347,43 +254,6 @@ class LocalCluster:
                 found.append(proc.pid)
         return found
 
-    # -- jobs ----------------------------------------------------------------------
-    def sbatch(self, script: str | os.PathLike, *args: str, cwd=None, options=()) -> int:
-        """Submit `script` with sbatch from folder `cwd`; returns the job id."""
-        output = self.command("sbatch", "--parsable", *options, str(script), *args, cwd=cwd)
-        return int(output.strip().split(";")[0])
-
-    def job(self, job_id: int) -> dict[str, str]:
-        """`scontrol show job` as a dict (JobState, ExitCode, StdOut, ...)."""
-        text = self.command("scontrol", "show", "job", "--oneliner", str(job_id))
-        return dict(re.findall(r"(\w+)=(\S*)", text))
-
-    def wait(self, job_id: int, timeout: float, show: bool = True) -> tuple[dict, str]:
-        """Wait for the job to end, streaming its output file; returns (job, output)."""
-        deadline = time.monotonic() + timeout
-        shown = 0
-        while True:
-            job = self.job(job_id)
-            out = Path(job.get("StdOut", ""))
-            started = job.get("JobState") not in ("PENDING", "CONFIGURING")
-            text = out.read_text(errors="replace") if started and out.is_file() else ""
-            if show and len(text) > shown:
-                complete = text[shown:].rpartition("\n")[0]  # whole lines only
-                if complete:
-                    sys.stdout.write(complete + "\n")
-                    sys.stdout.flush()
-                    shown += len(complete) + 1
-            if job.get("JobState") in FINAL_STATES:
-                if show and len(text) > shown:
-                    sys.stdout.write(text[shown:] + "\n")
-                return job, text
-            if time.monotonic() > deadline:
-                self._quiet("scancel", str(job_id))
-                raise CommandTimedOut(
-                    f"Slurm job {job_id} did not end within {timeout:g} s; cancelled", text
-                )
-            time.sleep(0.2)  # polling the controller for the job's state
-
 
 def run_sbatch(
     script: str | os.PathLike,
@@ -398,20 +268,7 @@ def run_sbatch(
     """Start a local cluster, submit `script` from `cwd` (SLURM_SUBMIT_DIR), run it in
     `workdir` (default: `cwd`), show its output, and return it. Variables in `export`
     reach the job's environment. Raises CommandFailed when the job fails."""
-    options = [f"--chdir={workdir or cwd}"]
-    if export:
-        # ALL: the job also gets this environment, the venv's torchrun on PATH included.
-        options.append("--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in export.items())]))
     with LocalCluster(nodes=nodes, cpus_per_node=cpus_per_node) as cluster:
-        shown = " ".join([Path(script).name, *args])
-        print(f"$ sbatch {shown}", flush=True)
-        job_id = cluster.sbatch(script, *args, cwd=cwd, options=options)
-        job, output = cluster.wait(job_id, timeout)
-        state, exit_code = job.get("JobState"), job.get("ExitCode")
-        print(f"job {job_id}: {state}, exit code {exit_code}, nodes {job.get('NodeList')}")
-        if state != "COMPLETED":
-            raise CommandFailed(
-                f"Slurm job {job_id} ended {state} (exit code {exit_code})\n{cluster.logs()}",
-                output,
-            )
-    return output
+        return cluster.run_job(
+            script, *args, cwd=cwd, workdir=workdir, export=export, timeout=timeout
+        )
