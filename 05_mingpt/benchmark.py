@@ -56,8 +56,10 @@ CLASSROOM = "trainer.mixed_precision=false trainer.eval_every=50"
 #   time at 32 and at 128); under heavy load both fall to 1.1x-1.4x. It is
 #   per process and equal on both sides, as in any DDP job: 2 processes take twice
 #   the tokens per step. No gradient accumulation: each step is one batch.
-# - float32 on both sides: bf16 autocast is about 2x slower on this CPU (no AMX), and
-#   slower compute would flatter the ratio while lowering both numbers.
+# - float32 on both sides, as in the notebook's classroom run. Whether bf16 autocast
+#   is faster or slower than float32 depends on the CPU's bf16 instructions (the
+#   notebook times both on the learner's machine); where it is slower, the slower
+#   compute would flatter the ratio while lowering both numbers.
 # - one thread per process on both sides (OMP_NUM_THREADS=1): one process with two
 #   threads would use both cores, two processes with two threads each would fight
 #   over them. (Lesson 02 also compares 1 process x 2 threads.)

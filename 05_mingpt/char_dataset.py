@@ -3,8 +3,9 @@
 Used by `main.py` (see its docstring for the commands that launch the lesson).
 
 The default corpus needs no download: the documentation topics that every CPython
-ships in `pydoc_data.topics` (the text behind `help("for")`), about 465 K characters.
-Any UTF-8 text file works instead (`--data FILE`).
+ships in `pydoc_data.topics` (the text behind `help("for")`): a few hundred thousand
+characters, how many depending on the Python version. Any UTF-8 text file works
+instead (`--data FILE`).
 
 Every rank builds the very same dataset and the very same split: the text is cut
 into non-overlapping chunks, and a generator seeded from the config, not the global

@@ -17,6 +17,7 @@ import copy
 
 import torch
 import torch.distributed as dist
+from char_dataset import load_text
 from model import GPT, GPTShape
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -48,9 +49,12 @@ def main():
     device = device_for(local_rank)
     dist.init_process_group(backend=backend_for(device.type))
 
+    # The vocabulary of main.py's model: the distinct characters of the default text
+    # (how many depends on the Python version that ships it).
+    vocab_size = len(set(load_text(None)[0]))
     torch.manual_seed(0)
     shape = GPTShape(
-        vocab_size=103, block_size=64, n_layer=args.n_layer, n_head=4, n_embd=args.n_embd
+        vocab_size=vocab_size, block_size=64, n_layer=args.n_layer, n_head=4, n_embd=args.n_embd
     )
     reference = GPT(shape).to(device)
     sharded = copy.deepcopy(reference)
@@ -65,7 +69,7 @@ def main():
     generator = torch.Generator().manual_seed(100 + global_rank)  # each rank its own data
     largest_gap = 0.0
     for step in range(args.steps):
-        tokens = torch.randint(0, 103, (8, 65), generator=generator).to(device)
+        tokens = torch.randint(0, vocab_size, (8, 65), generator=generator).to(device)
         losses = []
         for model, optimizer in zip((ddp, sharded), optimizers, strict=True):
             _, loss = model(tokens[:, :-1], tokens[:, 1:])

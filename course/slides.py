@@ -8,13 +8,16 @@ decks). `python -m course.build` writes each deck too, with the executed noteboo
 this command executes nothing, so a deck takes a second or two: it renders from the
 executed notebook `build/<lesson>/<notebook>.ipynb` when there is one (plots and
 results on the slides), else from the lesson's own notebook, without outputs.
-Open a deck in a browser and step with the arrow keys, space or a click; `n` shows
-the speaker notes, `Home`/`End` jump.
+Open a deck in a browser and step with the arrow keys, space or a click; `Home`/`End`
+jump. (`n` shows speaker notes, the cells typed `notes`; the rule below never gives
+that type, so the lessons' decks have none.)
 
 Which cells make the talk is in each cell's `metadata.slideshow.slide_type`, the
 field nbconvert and Jupyter's slideshow tools read (`slide`, `subslide`, `fragment`,
-`skip`, `notes`, `-`). The rule that sets it is `slide_types` below; the notebook
-generators apply it through `nbtools.write`, so it is decided in one place:
+`skip`, `notes`, `-`). The rule that sets it is `slide_types` below. The lesson
+notebooks store its result in every cell, and `tests/test_slides.py` checks that the
+stored types are the rule's; `to_slides` applies it to cells that have none (a notebook
+from elsewhere). So it is decided in one place:
 
 - a markdown cell that opens with `#` or `##` starts a slide, `###` a subslide;
 - everything from a `Solutions` heading on is skipped: solutions are for reading;

@@ -56,6 +56,21 @@ def test_every_lesson_cell_carries_slide_metadata(notebook):
     assert types[0] == "slide"
 
 
+@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
+def test_every_lesson_cell_carries_the_type_the_rule_gives(notebook):
+    """The rule is decided in one place: the types stored in the notebooks are its."""
+    nb = nbformat.read(notebook, as_version=4)
+    kinds = [("md" if cell.cell_type == "markdown" else "code", cell.source) for cell in nb.cells]
+    stored = [cell.metadata.get("slideshow", {}).get("slide_type") for cell in nb.cells]
+    expected = slide_types(kinds)
+    wrong = [
+        f"cell {number} ({cell.get('id')}): {have}, the rule gives {want}"
+        for number, (cell, have, want) in enumerate(zip(nb.cells, stored, expected, strict=True))
+        if have != want
+    ]
+    assert not wrong, wrong
+
+
 class Deck(HTMLParser):
     """The pages (subslides) of a deck: for each, its headings, and whether anything
     was shown on the page before its first heading."""

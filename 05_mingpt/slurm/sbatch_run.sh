@@ -20,12 +20,14 @@
 set -euo pipefail
 
 # Slurm runs a copy of this file from its spool folder, so find main.py from the
-# folder the job was submitted from, not from this file's path.
+# folder the job was submitted from, not from this file's path. (The official
+# series' script names /shared/examples/mingpt/main.py, a path of its AWS set-up.)
+# An absolute path: every node's torchrun starts it, whatever folder srun gives it.
 cd "${SLURM_SUBMIT_DIR:-.}"
 if [[ -f main.py && -f model.py ]]; then
-    main=main.py
+    main=$PWD/main.py
 elif [[ -f 05_mingpt/main.py ]]; then
-    main=05_mingpt/main.py
+    main=$PWD/05_mingpt/main.py
 else
     echo "sbatch_run.sh: no main.py in $(pwd) or $(pwd)/05_mingpt; submit the job from the lesson folder or the repository root" >&2
     exit 2

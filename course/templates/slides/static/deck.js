@@ -1,7 +1,7 @@
 // A minimal slide viewer for nbconvert's reveal markup: each subslide is a page;
 // fragments appear one per step. Keys: right/space/page down and left/page up step,
-// Home/End jump, n shows the speaker notes. The page number is kept in the address
-// (#/3) so a reload stays on the same page.
+// Home/End jump, n shows speaker notes (cells typed "notes"; the lessons have none).
+// The page number is kept in the address (#/3) so a reload stays on the same page.
 (function () {
   "use strict";
   var pages = Array.prototype.slice.call(document.querySelectorAll(".deck > section > section"));
