@@ -3,13 +3,11 @@
 `multigpu_torchrun.py` made ready for more than one node: torchrun runs on every
 node, and the agents meet at a rendezvous on one of them. Each process then has a
 local rank (its number on its node: it picks the device) and a global rank (its
-number in the whole job: it names the process in the logs and decides who saves).
-Nodes may or may not share a filesystem: the script finds out which at start-up
-(rank 0 writes a random token into the snapshot folder, every process reads it
-back). On a shared folder, global rank 0 saves the one snapshot; on folders of
-their own, local rank 0 of every node saves a copy on its node. After loading,
-every rank checks that all resumed from the same epoch, and stops with a clear
-error if not, instead of hanging.
+number in the whole job: it names the process in the logs). Nodes may or may not
+share a filesystem, and the script works alike either way (`snapshot_placement.py`):
+local rank 0 of every node saves, so every node has a copy (on a shared folder, they
+all write the same file, each atomically); at start-up the ranks agree on the newest
+snapshot that any of them sees, and every rank resumes from that one.
 
 Launch it on each of two nodes (HEAD is the first node's address or name, PORT a
 port free there; the same command on both):
@@ -33,6 +31,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from snapshot_placement import Resume, newest_snapshot
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
@@ -42,7 +41,7 @@ from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 from common.models import regression_model
-from common.snapshot import SnapshotError, load, save_atomic
+from common.snapshot import SnapshotError, save_atomic
 
 LAUNCH = (
     "torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d "
@@ -92,57 +91,30 @@ class Trainer:
         self.snapshot_path = snapshot_path
         self.crash_at = crash_at  # (rank, epoch, step) at which to die, or None
         self.epochs_run = 0
-        # One snapshot on a shared folder; else one per node, each on its own disk.
-        shared = snapshot_folder_is_shared(snapshot_path, device)
-        self.saves_snapshot = self.global_rank == 0 if shared else self.local_rank == 0
-        log0(
-            f"snapshot folder {snapshot_path.parent.resolve()} is "
-            + (
-                "shared by all nodes: global rank 0 saves"
-                if shared
-                else "not shared: local rank 0 of every node saves a copy"
-            )
-        )
-        # Before the DDP wrap, on every rank: each replica resumes from the same state.
-        if snapshot_path.exists():
-            self._load_snapshot(snapshot_path)
-        self._check_same_epoch()
+        # One writer per node: every node keeps a copy on its own disk; on a folder all
+        # nodes share, each writes the same state to the same file, atomically.
+        self.saves_snapshot = self.local_rank == 0
+        # Before the DDP wrap, on every rank: all agree on the newest snapshot that any
+        # rank sees, and every replica resumes from that same state.
+        resume = newest_snapshot(snapshot_path, SNAPSHOT_KEYS, device)
+        if resume is not None:
+            self._load_snapshot(resume)
         # Broadcasts rank 0's weights to every rank, then averages the gradients of
         # every backward pass. device_ids names the one device this replica lives on.
         self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    def _load_snapshot(self, snapshot_path: Path) -> None:
-        # map_location: the tensors go to *this* process's device, whatever device the
-        # saving process had. load() runs no code from the file (weights_only=True).
-        snapshot = load(snapshot_path, SNAPSHOT_KEYS, map_location=self.device)
+    def _load_snapshot(self, resume: Resume) -> None:
+        # The same state on every rank, on the CPU: load_state_dict copies the tensors
+        # to *this* process's device (the optimizer's state to its parameters' device).
+        snapshot = resume.state
         self.model.load_state_dict(snapshot["model"])
         self.optimizer.load_state_dict(snapshot["optimizer"])  # momentum buffers
-        torch.set_rng_state(snapshot["rng_state"].cpu())  # anything random goes on alike
+        torch.set_rng_state(snapshot["rng_state"])  # anything random goes on alike
         self.epochs_run = snapshot["epochs_run"]
         log(
-            f"resumed from {snapshot_path}: {self.epochs_run} epochs done, "
-            f"continuing at epoch {self.epochs_run}"
+            f"resumed from rank {resume.rank}'s {self.snapshot_path} (node {resume.node}): "
+            f"{self.epochs_run} epochs done, continuing at epoch {self.epochs_run}"
         )
-
-    def _check_same_epoch(self) -> None:
-        """Every rank must resume from the same epoch. Nodes that loaded different
-        snapshots (or none) would run different numbers of epochs, and so of
-        collectives: the job would hang at the end. Stop now, and say why."""
-        node_rank = int(os.environ.get("GROUP_RANK", 0))
-        mine = torch.tensor([self.epochs_run, node_rank], device=self.device)
-        everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
-        dist.all_gather(everyone, mine)
-        epochs = [int(pair[0]) for pair in everyone]
-        if len(set(epochs)) > 1:
-            where = ", ".join(
-                f"rank {rank} on node {int(pair[1])}: {int(pair[0])}"
-                for rank, pair in enumerate(everyone)
-            )
-            raise ResumeMismatch(
-                f"ranks resumed from different epochs (epochs run: {where}): the nodes "
-                f"loaded different snapshots; put --snapshot_path on a filesystem all nodes "
-                f"share, or copy the newest {self.snapshot_path.name} to every node"
-            )
 
     def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> float:
         self.optimizer.zero_grad()
@@ -192,7 +164,8 @@ class Trainer:
             # Every rank drew the same random numbers so far: rank 0's state is theirs.
             "rng_state": torch.get_rng_state(),
         }
-        # Temporary file, fsync, rename: a crash mid-write leaves the previous snapshot.
+        # A temporary file of this writer's own, fsync, rename: a crash mid-write leaves
+        # the previous snapshot, and writers on other nodes never mix bytes with ours.
         save_atomic(snapshot, self.snapshot_path)
         log(f"epoch {epoch} | snapshot saved to {self.snapshot_path.resolve()}")
 
@@ -202,40 +175,12 @@ class Trainer:
             # After every save_every-th epoch, and after the last one, so the file
             # always ends up holding the trained model.
             if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
-                # Every replica holds the same weights, so one copy per folder is
+                # Every replica holds the same weights, so one writer per node is
                 # enough. No collective (all_reduce, barrier, a DDP forward) may sit
                 # inside this branch: the savers would wait for ranks that never enter.
                 if self.saves_snapshot:
                     self._save_snapshot(epoch)
         log0(f"training finished: {max_epochs} epochs")
-
-
-class ResumeMismatch(SnapshotError):
-    """The ranks resumed from different epochs."""
-
-
-def snapshot_folder_is_shared(snapshot_path: Path, device: torch.device) -> bool:
-    """True when every process sees the same snapshot folder: one filesystem shared by
-    all nodes (or a single node). Rank 0 writes a random token there, every process
-    reads it back; it is shared only if every process read the token."""
-    folder = snapshot_path.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    probe = folder / f".{snapshot_path.name}.shared"
-    # os.urandom, not torch: the training's random state must not move.
-    token = torch.tensor([int.from_bytes(os.urandom(7), "big")], device=device)
-    dist.broadcast(token, src=0)
-    if dist.get_rank() == 0:
-        probe.write_text(str(token.item()))
-    dist.barrier()
-    try:
-        seen = probe.read_text() == str(token.item())
-    except OSError:
-        seen = False
-    everyone = torch.tensor([int(seen)], device=device)
-    dist.all_reduce(everyone, op=dist.ReduceOp.MIN)  # shared only if all saw it
-    if dist.get_rank() == 0:
-        probe.unlink()
-    return bool(everyone.item())
 
 
 def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
@@ -271,12 +216,10 @@ def main(
     check_crash_plan(crash_at, total_epochs, len(train_data))
     try:
         trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, crash_at)
-    except ResumeMismatch as error:
-        log0(str(error))  # the same on every rank: say it once
-        dist.destroy_process_group()
-        raise SystemExit(1) from None
     except SnapshotError as error:
-        log(str(error))  # one line that names the file and what to do, not a traceback
+        # One line that names the rank, the file and what to do, not a traceback; the
+        # same on every rank (they agreed on it): said once.
+        log0(str(error))
         dist.destroy_process_group()
         raise SystemExit(1) from None
     trainer.train(total_epochs)

@@ -5,15 +5,23 @@ Introduced in 03_fault_tolerance; used by 03_fault_tolerance, 04_multinode and
 each lesson's business and stays in its script; this module only makes sure that
 
 - a snapshot on disk is always a whole one: the new one is written to a temporary
-  file in the same folder, flushed to the disk, then renamed over the old one. A
-  rename within a folder is atomic, so a process killed mid-write leaves the previous
-  snapshot in place (the official series writes in place and can leave half a file);
+  file of the writer's own in the same folder, flushed to the disk, then renamed over
+  the old one. The rename guards against a killed process (the previous snapshot stays
+  until the new one is whole; the official series writes in place and can leave half a
+  file), the fsyncs against a machine crash (the bytes, then the new name, are on
+  disk). Rename is atomic on POSIX local filesystems and on NFS-style shares (NFS,
+  Lustre), but not on object-store mounts (s3fs, gcsfuse), where it is a copy and a
+  delete;
+- several writers of one path (lesson 04: one per node, on a folder the nodes share)
+  never mix their bytes: each writes its own temporary file (named with its pid and a
+  random part), so the snapshot is always one writer's whole file;
 - a file that is not a snapshot (empty, truncated, something else) gets one clear
   line naming the file and what to do, not a pickle traceback;
 - loading runs no code from the file (`weights_only=True`).
 """
 
 import os
+import secrets
 from pathlib import Path
 
 import torch
@@ -24,21 +32,32 @@ class SnapshotError(Exception):
     that names the file and says what to do."""
 
 
-def temporary_path(path: Path) -> Path:
-    """Where a snapshot is written before it replaces `path`."""
-    return path.with_name(path.name + ".tmp")
+def temporary_files(path: str | os.PathLike) -> list[Path]:
+    """The temporary files of writes to `path` not finished yet: a writer's own while it
+    writes, or one left by a writer killed mid-write. Never read; safe to delete once
+    no writer runs."""
+    path = Path(path)
+    return sorted(path.parent.glob(f".{path.name}.*.tmp"))
 
 
 def save_atomic(state: dict, path: str | os.PathLike) -> None:
-    """Write `state` to `path` so that `path` always holds a complete snapshot."""
+    """Write `state` to `path` so that `path` always holds a complete snapshot, even
+    with several processes writing it at once."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_path(path)
-    with open(temporary, "wb") as file:
-        torch.save(state, file)
-        file.flush()
-        os.fsync(file.fileno())  # the bytes are on disk before the name points at them
-    os.replace(temporary, path)  # atomic: readers see the old file or the new one
+    # In the same folder, so the rename stays on one filesystem; a name no other writer
+    # uses (pid, and a random part for writers on other nodes with the same pid).
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    file = open(temporary, "xb")  # "x": fail rather than share a file with another writer
+    try:
+        with file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())  # the bytes are on disk before the name points at them
+        os.replace(temporary, path)  # atomic: readers see the old file or the new one
+    except BaseException:  # a failed save (or Ctrl-C) leaves no temporary file behind
+        temporary.unlink(missing_ok=True)
+        raise
     folder = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(folder)  # and the rename itself survives a power cut

@@ -1,21 +1,130 @@
-"""Lesson 04: multinode.py on one node, whose processes all see one folder: global
-rank 0 alone saves. (Two nodes with node-by-node ranks, copies on nodes that share no
-filesystem, and the stop when nodes resumed from different epochs are run and checked
-by the lesson 04 notebook's own check cell.)"""
+"""Lesson 04: where multinode.py's snapshots live, and which one every rank resumes from.
 
+Two torchrun agents on this machine play two nodes. Each runs in a folder of its own
+(nodes with disks of their own) or both in one folder (a filesystem the nodes share).
+Local rank 0 of every node saves; at start-up every rank resumes from the newest
+snapshot that any rank sees (04_multinode/snapshot_placement.py).
+"""
+
+import re
+import shutil
+
+import torch
 from conftest import REPO
 
-from common.launch import run
+from common.launch import run, start
+from common.ports import free_port
+from common.snapshot import save_atomic
 
 MULTINODE = REPO / "04_multinode" / "multinode.py"
+OUR_LINE = re.compile(r"^\[rank\d+\] .*$", re.MULTILINE)  # our log lines, not torch's
+WORKER = re.compile(r"\[rank(\d+)\] pid=\d+ host=\S+ node=(\d+) ")
 
 
-def test_one_shared_folder_has_one_writer(tmp_path):
-    # One node: every process sees the same folder, so global rank 0 alone saves.
-    output = run(
+def two_nodes(folders, total_epochs, save_every=2, expect_failure=False) -> list[str]:
+    """One agent per folder (the same folder twice: a shared filesystem), one worker each;
+    the outputs, in the order of `folders`."""
+    c10d = f"--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:{free_port()} --rdzv_id=test"
+    command = (
+        f"torchrun --nnodes=2 --nproc_per_node=1 {c10d} {MULTINODE} {total_epochs} {save_every}"
+    )
+    agents = [
+        start(command, cwd=folder, label=f"node{i}", quiet=True) for i, folder in enumerate(folders)
+    ]
+    return [agent.wait(120, expect_failure=expect_failure) for agent in agents]
+
+
+def worker(output: str) -> tuple[int, int]:
+    """(global rank, node) of the one worker an agent started; c10d numbers the nodes in
+    the order they joined, so it changes from run to run."""
+    [(rank, node)] = WORKER.findall(output)
+    return int(rank), int(node)
+
+
+def snapshot(folder) -> dict:
+    return torch.load(folder / "snapshot.pt", weights_only=True)
+
+
+def assert_same_weights(one: dict, other: dict) -> None:
+    assert one["model"].keys() == other["model"].keys()
+    for name, tensor in one["model"].items():
+        assert torch.equal(tensor, other["model"][name]), name
+
+
+def assert_resumed_from(outputs: list[str], source_output: str, epochs: int) -> None:
+    """Every rank resumed, at `epochs`, from the snapshot of the worker that printed
+    `source_output`, and training went on from there, not from an earlier epoch."""
+    rank, node = worker(source_output)
+    line = f"resumed from rank {rank}'s snapshot.pt (node {node}): {epochs} epochs done"
+    for output in outputs:  # one line on each node
+        assert output.count(line) == 1, output[-3000:]
+    text = "".join(outputs)
+    assert f"every rank resumes from rank {rank}'s" in text
+    assert f"epoch {epochs} |" in text and f"epoch {epochs - 1} |" not in text
+
+
+def test_on_one_node_local_rank_0_alone_saves_and_leaves_nothing_else(tmp_path):
+    first = run(
         f"torchrun --standalone --nproc_per_node=2 {MULTINODE} 2 1", cwd=tmp_path, quiet=True
     )
-    assert "is shared by all nodes: global rank 0 saves" in output
-    saves = [line for line in output.splitlines() if "snapshot saved" in line]
+    saves = [line for line in first.splitlines() if "snapshot saved" in line]
     assert len(saves) == 2 and all(line.startswith("[rank0]") for line in saves), saves
-    assert [path.name for path in tmp_path.iterdir()] == ["snapshot.pt"]  # no probe left
+    assert "rank 0 (node 0): none, rank 1 (node 0): none; every rank starts from scratch" in first
+    assert [path.name for path in tmp_path.iterdir()] == ["snapshot.pt"]  # no temporary file
+    again = run(
+        f"torchrun --standalone --nproc_per_node=2 {MULTINODE} 3 1", cwd=tmp_path, quiet=True
+    )
+    for rank in (0, 1):
+        assert f"[rank{rank}] resumed from rank 0's snapshot.pt (node 0): 2 epochs done" in again
+    assert snapshot(tmp_path)["epochs_run"] == 3
+
+
+def test_a_node_without_a_snapshot_or_with_an_older_one_resumes_from_the_newest(tmp_path):
+    a, b, shared, kept = (tmp_path / name for name in ("a", "b", "shared", "kept"))
+    for folder in (a, b, shared, kept):
+        folder.mkdir()
+
+    two_nodes([a, b], 4)
+    assert [snapshot(folder)["epochs_run"] for folder in (a, b)] == [4, 4]  # a copy on each
+    shutil.copy(b / "snapshot.pt", kept / "snapshot.pt")
+
+    # Node b lost its disk: its rank sees no snapshot and resumes from node a's.
+    (b / "snapshot.pt").unlink()
+    outputs = two_nodes([a, b], 6)
+    assert_resumed_from(outputs, source_output=outputs[0], epochs=4)
+
+    # Node b came back with an older copy (4 epochs; node a has 6): the newest wins.
+    shutil.copy(kept / "snapshot.pt", b / "snapshot.pt")
+    outputs = two_nodes([a, b], 8)
+    assert_resumed_from(outputs, source_output=outputs[0], epochs=6)
+    assert [snapshot(folder)["epochs_run"] for folder in (a, b)] == [8, 8]
+    assert_same_weights(snapshot(a), snapshot(b))
+
+    # The same 8 epochs in one go, on a folder both nodes share (both write the file):
+    # the very same weights. Resuming lost nothing, and the folder's kind changes nothing.
+    outputs = two_nodes([shared, shared], 8)
+    assert all(f"epoch 7 | snapshot saved to {shared}" in output for output in outputs)
+    assert [path.name for path in shared.iterdir()] == ["snapshot.pt"]
+    assert snapshot(shared)["epochs_run"] == 8
+    assert_same_weights(snapshot(shared), snapshot(a))
+
+
+def test_an_unreadable_snapshot_on_one_node_stops_every_rank_with_one_line(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    state = {"model": {}, "optimizer": {}, "epochs_run": 4, "rng_state": torch.get_rng_state()}
+    save_atomic(state, a / "snapshot.pt")
+    good = (a / "snapshot.pt").read_bytes()
+    b.mkdir()
+    (b / "snapshot.pt").write_bytes(good[:300])  # truncated
+    outputs = two_nodes([a, b], 6, expect_failure=True)  # both nodes exit non-zero
+    rank, node = worker(outputs[1])  # the worker on the node with the damaged file
+    lines = [line for output in outputs for line in OUR_LINE.findall(output)]
+    said = [line for line in lines if "pid=" not in line]  # all but the start-up reports
+    assert len(said) == 1, lines  # said once, by rank 0, for every rank
+    assert said[0].startswith(
+        f"[rank0] rank {rank} on node {node}: snapshot snapshot.pt cannot be read ("
+    )
+    assert said[0].endswith(
+        "; delete snapshot.pt to start from scratch, or point the script at another snapshot path"
+    )
+    assert (a / "snapshot.pt").read_bytes() == good  # nothing trained, nothing saved

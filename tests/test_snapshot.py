@@ -1,13 +1,15 @@
-"""Snapshots: atomic writes, and one clear line for files that are not snapshots."""
+"""Snapshots: atomic writes (also with several writers at once), and one clear line for
+files that are not snapshots."""
 
+import json
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import SCRIPTS
+from conftest import PYTHON, SCRIPTS
 
-from common.snapshot import SnapshotError, load, save_atomic, temporary_path
+from common.snapshot import SnapshotError, load, save_atomic, temporary_files
 
 KEYS = ("model", "epochs_run")
 
@@ -23,21 +25,94 @@ def test_round_trip(tmp_path):
     assert loaded["epochs_run"] == 4 and torch.equal(
         loaded["model"]["weight"], torch.full((3,), 4.0)
     )
-    assert not temporary_path(path).exists()
+    assert sorted(path.parent.iterdir()) == [path]  # no temporary file left
 
 
 def test_a_writer_killed_mid_write_leaves_the_previous_snapshot(tmp_path):
     """A process that is SIGKILLed while torch.save is writing leaves the old snapshot."""
     path = tmp_path / "snapshot.pt"
     save_atomic(state(1), path)
-    killer = SCRIPTS / "die_mid_snapshot.py"
-    result = subprocess.run([sys.executable, killer, path], capture_output=True, text=True)
-    assert result.returncode == -9, result.stderr  # it really died by SIGKILL
-    assert temporary_path(path).exists()  # mid-write: the partial file is there
-    assert temporary_path(path).stat().st_size > 0
-    assert load(path, KEYS)["epochs_run"] == 1  # and the snapshot is the old, whole one
-    save_atomic(state(3), path)  # the next save simply replaces the leftover
-    assert load(path, KEYS)["epochs_run"] == 3 and not temporary_path(path).exists()
+    killer = subprocess.Popen([sys.executable, SCRIPTS / "die_mid_snapshot.py", path])
+    assert killer.wait() == -9  # it really died by SIGKILL
+    # Mid-write: its partial file is there, named after the dead writer ...
+    [leftover] = temporary_files(path)
+    assert leftover.name.startswith(f".snapshot.pt.{killer.pid}.") and leftover.stat().st_size
+    assert load(path, KEYS)["epochs_run"] == 1  # ... and the snapshot is the old, whole one
+    save_atomic(state(3), path)  # the next save is not disturbed by the leftover
+    assert load(path, KEYS)["epochs_run"] == 3 and temporary_files(path) == [leftover]
+
+
+def test_a_save_that_fails_leaves_no_temporary_file_and_the_previous_snapshot(tmp_path):
+    path = tmp_path / "snapshot.pt"
+    save_atomic(state(1), path)
+    with pytest.raises(Exception, match="pickle"):  # a lambda cannot be pickled
+        save_atomic({**state(2), "hook": lambda: None}, path)
+    assert sorted(tmp_path.iterdir()) == [path] and load(path, KEYS)["epochs_run"] == 1
+
+
+# Saves one state (a 1 MB tensor filled with one value) many times, from the moment
+# the test writes "go"; prints when each save began and ended (the monotonic clock
+# is the same for every process of the machine).
+WRITER = """
+import json, sys, time
+import torch
+from common.snapshot import save_atomic
+path, value, saves = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+state = {"model": {"weight": torch.full((2**18,), float(value))}, "epochs_run": value}
+print("ready", flush=True)
+sys.stdin.readline()
+spans = []
+for _ in range(saves):
+    began = time.monotonic()
+    save_atomic(state, path)
+    spans.append((began, time.monotonic()))
+print(json.dumps(spans), flush=True)
+"""
+
+
+def test_two_writers_of_one_path_never_leave_a_mixed_file(tmp_path):
+    """Two processes save different states to one path at the same time, as the nodes
+    of lesson 04 do on a shared folder: every read in between, and the final file, is
+    one writer's whole snapshot. (With one temporary name for all writers, they wrote
+    into the same file and one's rename took the other's half-written file away.)"""
+    path, saves = tmp_path / "snapshot.pt", 40
+    writers = {
+        value: subprocess.Popen(
+            [PYTHON, "-c", WRITER, str(path), str(value), str(saves)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for value in (1, 2)
+    }
+    reads, spans = [], {}
+    try:
+        for writer in writers.values():
+            assert writer.stdout.readline() == "ready\n", writer.stderr.read()
+        for writer in writers.values():  # both start together: no sleep, a line on a pipe
+            writer.stdin.write("go\n")
+            writer.stdin.flush()
+        while any(writer.poll() is None for writer in writers.values()):
+            if path.exists():
+                reads.append(load(path, KEYS))  # a mixed or half file would raise here
+        for value, writer in writers.items():
+            out, err = writer.communicate(timeout=120)
+            assert writer.returncode == 0, err
+            spans[value] = json.loads(out)
+    finally:
+        for writer in writers.values():
+            writer.kill()
+            writer.communicate()
+    # The writers really overlapped: some save of one ran while the other was saving.
+    assert any(a0 < b1 and b0 < a1 for a0, a1 in spans[1] for b0, b1 in spans[2]), spans
+    for snapshot in [*reads, load(path, KEYS)]:
+        value = snapshot["epochs_run"]
+        assert value in (1, 2) and torch.equal(
+            snapshot["model"]["weight"], torch.full((2**18,), float(value))
+        )
+    assert sorted(tmp_path.iterdir()) == [path]  # each writer cleaned up after itself
 
 
 def one_line_error(path) -> str:
