@@ -59,7 +59,8 @@ def ddp_setup() -> torch.device:
     dist.init_process_group(backend=backend_for(device.type))
     # Counts the times torchrun restarted the group after a failure (0 on the first run).
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    # torchrun numbers the nodes too (GROUP_RANK): with c10d, in the order they joined.
+    # torchrun numbers the nodes too (GROUP_RANK): c10d sorts the agents by address,
+    # then process id; the static rendezvous takes --node_rank.
     node_rank = os.environ.get("GROUP_RANK", "0")
     log(
         f"pid={os.getpid()} host={socket.gethostname()} node={node_rank} "

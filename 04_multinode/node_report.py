@@ -6,13 +6,17 @@ names it in the whole job), and the address its hostname resolves to: gloo
 listens there unless GLOO_SOCKET_IFNAME names a network interface. Then one
 all_reduce of the global ranks proves that every process can reach every other.
 
-Launch it as two nodes on one machine, one command per node (in two terminals),
-with PORT a free port:
+Launch it as two nodes on one machine, the same command in two terminals, with PORT
+a free port (c10d numbers the nodes itself, sorting the agents by address, then
+process id; it ignores --node_rank):
 
-    torchrun --nnodes=2 --node_rank=0 --nproc_per_node=2 --rdzv_backend=c10d \\
+    torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d \\
         --rdzv_endpoint=127.0.0.1:PORT --rdzv_id=demo node_report.py
-    torchrun --nnodes=2 --node_rank=1 --nproc_per_node=2 --rdzv_backend=c10d \\
-        --rdzv_endpoint=127.0.0.1:PORT --rdzv_id=demo node_report.py
+
+or with the static rendezvous, where you number the nodes:
+
+    torchrun --nnodes=2 --node_rank=0 --nproc_per_node=2 --master_addr=127.0.0.1 \\
+        --master_port=PORT node_report.py      # then --node_rank=1 in the other terminal
 
 `--timeout S` (default 60) bounds, in seconds, how long the processes wait for
 each other: a connection that cannot be made fails after S seconds, not after the

@@ -52,8 +52,8 @@ class Resume(NamedTuple):
 
 
 def node_rank() -> int:
-    """This process's node, as torchrun numbers them (GROUP_RANK; with c10d, in the
-    order the agents joined)."""
+    """This process's node, as torchrun numbers them (GROUP_RANK; c10d sorts the
+    agents by address, then process id)."""
     return int(os.environ.get("GROUP_RANK", 0))
 
 
