@@ -65,16 +65,23 @@ def test_port_placeholder_becomes_a_free_port():
 
 def test_torchrun_workers_are_killed_at_the_time_limit():
     script = SCRIPTS / "hanging_workers.py"
-    with pytest.raises(CommandTimedOut, match="time limit of 20 s") as timeout:
-        run(f"torchrun --standalone --nproc_per_node=2 {script}", timeout=20, quiet=True)
+    command = start(f"torchrun --standalone --nproc_per_node=2 {script}", quiet=True)
+    # Once both workers run, the job can only hang: a short limit, then the kill (run()
+    # is start() and this same wait()).
+    for local_rank in (0, 1):
+        command.wait_for(rf"^worker {local_rank} pid \d+$", timeout=120)
+    with pytest.raises(CommandTimedOut, match="time limit of 1 s") as timeout:
+        command.wait(timeout=1)
     worker_pids = pids_in(timeout.value.output)
     assert len(worker_pids) == 2, timeout.value.output
     assert all(is_gone(pid) for pid in worker_pids)
 
 
 def test_a_hang_in_a_new_session_is_killed_at_the_time_limit():
-    with pytest.raises(CommandTimedOut) as timeout:
-        run(f"python {SCRIPTS / 'orphan_maker.py'} hang", timeout=5, quiet=True)
+    hanging = start(f"python {SCRIPTS / 'orphan_maker.py'} hang", quiet=True)
+    hanging.wait_for(r"^child pid \d+$", timeout=60)  # both pids printed: it only hangs now
+    with pytest.raises(CommandTimedOut, match="time limit of 1 s") as timeout:
+        hanging.wait(timeout=1)
     pids = pids_in(timeout.value.output)
     assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
 
@@ -144,8 +151,9 @@ def test_a_failed_wait_kills_every_running_command():
 
 def test_wait_for_times_out_and_kills():
     hanging = start(f"python {SCRIPTS / 'orphan_maker.py'} hang", quiet=True)
+    hanging.wait_for(r"^child pid \d+$", timeout=60)
     with pytest.raises(CommandTimedOut, match="printed no line matching 'never'"):
-        hanging.wait_for("never", timeout=3)
+        hanging.wait_for("never", timeout=1)
     pids = pids_in(hanging.output)
     assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
 

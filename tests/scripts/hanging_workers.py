@@ -6,5 +6,5 @@ torchrun --standalone --nproc_per_node=2 hanging_workers.py
 import os
 import threading
 
-print(f"worker pid {os.getpid()}", flush=True)
+print(f"worker {os.environ['LOCAL_RANK']} pid {os.getpid()}", flush=True)
 threading.Event().wait()
