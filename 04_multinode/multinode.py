@@ -57,7 +57,8 @@ def ddp_setup() -> torch.device:
     device = device_for(local_rank)
     # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
     dist.init_process_group(backend=backend_for(device.type))
-    # Counts the times torchrun restarted the group after a failure (0 on the first run).
+    # Counts the times this node's torchrun restarted the group after one of its own
+    # workers failed (0 on the first run; other nodes may count differently).
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     # torchrun numbers the nodes too (GROUP_RANK): c10d sorts the agents by address,
     # then process id; the static rendezvous takes --node_rank.
@@ -126,9 +127,8 @@ class Trainer:
         return loss.item()
 
     def _crash_if_planned(self, epoch: int, step: int) -> None:
-        # Only on torchrun's first attempt, so the restarted group gets past this point.
-        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-        if first_attempt and self.crash_at == (self.global_rank, epoch, step):
+        # main() clears crash_at after a restart, so the restarted group gets past here.
+        if self.crash_at == (self.global_rank, epoch, step):
             log(f"injected failure: pid {os.getpid()} kills itself at epoch {epoch} step {step}")
             # SIGKILL, like the out-of-memory killer: no exception, no clean-up, no goodbye.
             os.kill(os.getpid(), signal.SIGKILL)
@@ -215,6 +215,8 @@ def main(
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size)
     check_crash_plan(crash_at, total_epochs, len(train_data))
+    if crash_at is not None and restarts_of_the_job(device) > 0:
+        crash_at = None  # the failure is injected once per job, not once per attempt
     try:
         trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, crash_at)
     except SnapshotError as error:
@@ -241,6 +243,22 @@ def check_crash_plan(crash_at: tuple[int, int, int] | None, epochs: int, steps: 
             log0(f"{name} {value} never happens: it must be below {limit}; launch it as: {LAUNCH}")
             dist.destroy_process_group()
             raise SystemExit(2)
+
+
+def restarts_of_the_job(device: torch.device) -> int:
+    """How often the group has restarted, on any node (0 on the job's first attempt).
+
+    TORCHELASTIC_RESTART_COUNT is per agent: it counts the restarts that the failures of
+    *this node's* workers caused. When another node's worker dies, this node's agent
+    restarts its workers too, and if they were still healthy when it noticed (it sees a
+    new rendezvous round, not a failure), their count stays 0. A crash keyed on "count
+    0" alone would then fire again wherever its rank lands on such a node (c10d can
+    number the nodes differently after a restart). The job has restarted if any agent
+    has: take the largest count over all ranks.
+    """
+    count = torch.tensor([int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))], device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
 
 
 def natural_int(text: str) -> int:

@@ -10,9 +10,10 @@ import re
 import shutil
 
 import torch
-from conftest import REPO
+from conftest import REPO, SCRIPTS
 
 from common.launch import run, start
+from common.models import regression_model
 from common.ports import free_port
 from common.snapshot import save_atomic
 
@@ -35,8 +36,9 @@ def two_nodes(folders, total_epochs, save_every=2, expect_failure=False) -> list
 
 
 def worker(output: str) -> tuple[int, int]:
-    """(global rank, node) of the one worker an agent started; c10d numbers the nodes in
-    the order they joined, so it changes from run to run."""
+    """(global rank, node) of the one worker an agent started. c10d sorts the agents by
+    address, then process id; both agents here are on 127.0.0.1, so their process ids
+    decide, which nothing in a test fixes."""
     [(rank, node)] = WORKER.findall(output)
     return int(rank), int(node)
 
@@ -128,3 +130,47 @@ def test_an_unreadable_snapshot_on_one_node_stops_every_rank_with_one_line(tmp_p
         "; delete snapshot.pt to start from scratch, or point the script at another snapshot path"
     )
     assert (a / "snapshot.pt").read_bytes() == good  # nothing trained, nothing saved
+
+
+def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_path):
+    """What the agreement prevents (lesson 04, the lost disk): each rank loads only its
+    own copy, as in lesson 03. Node 0 lost its disk; node 1 has a snapshot of 6 epochs.
+    DDP's constructor copies rank 0's fresh weights to rank 1, which counts on from
+    epoch 6: after 2 epochs it saves a snapshot that claims 8 and holds the weights of
+    rank 0's snapshot of 2 epochs. Then it leaves, and rank 0 fails at its next
+    collective. Static rendezvous, so that node 0 is certainly the one without a copy."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    model = regression_model(seed=0)  # multinode.py's model and optimizer
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1.0)  # unlike the fresh model that rank 0 starts from
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epochs_run": 6,
+        "rng_state": torch.get_rng_state(),
+    }
+    save_atomic(state, b / "snapshot.pt")
+    static = f"--master_addr=127.0.0.1 --master_port={free_port()}"
+    script = SCRIPTS / "multinode_own_copy_only.py"
+    agents = [
+        start(
+            f"torchrun --nnodes=2 --nproc_per_node=1 {static} --node_rank={node} {script} 8 1",
+            cwd=folder,
+            label=f"node{node}",
+            quiet=True,
+        )
+        for node, folder in enumerate((a, b))
+    ]
+    node0 = agents[0].wait(120, expect_failure=True)
+    node1 = agents[1].wait(120)
+
+    assert "[rank1] resumed from rank 1's snapshot.pt (node 1): 6 epochs done" in node1
+    assert "[rank0] epoch 1 |" in node0 and "[rank0] epoch 2 |" not in node0, node0[-3000:]
+    assert "[rank0] training finished" not in node0
+    assert "Connection closed by peer" in node0, node0[-3000:]
+    trained_two, claims_eight = snapshot(a), snapshot(b)
+    assert (trained_two["epochs_run"], claims_eight["epochs_run"]) == (2, 8)
+    assert_same_weights(trained_two, claims_eight)  # the same 2 epochs of training

@@ -9,7 +9,8 @@
 #
 # Arguments after the script name go to main.py. Snapshots and metrics are written to
 # the folder you submit from: it must be on a filesystem that every node sees, since
-# global rank 0 writes the snapshot and every rank reads it on a restart (lesson 04).
+# global rank 0 alone writes the snapshot and every rank reads it on a restart (lesson
+# 04's multinode.py saves a copy on every node instead, and needs no shared folder).
 #
 #SBATCH --job-name=mingpt-ddp
 #SBATCH --nodes=2
