@@ -1,0 +1,44 @@
+"""Lesson 03: what torchrun's shared store does to an elastic join, as the notebooks say.
+
+By default (PyTorch 2.4 and later) the torchrun agents lend their rendezvous store to
+their workers. When a node joins a running job, the joining agent waits for the
+address of the new round's worker rank 0, which the running agent never publishes: it
+fails after the store's read timeout with the DistStoreError that the elastic notebook
+quotes, and takes the running agent down with it. With
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the same join works (the elastic notebook's run).
+The notebook's timeout is the default 60 s; here `read_timeout=5` makes it 5 s.
+"""
+
+from conftest import REPO
+
+from common.launch import start
+from common.ports import free_port
+
+LESSON = REPO / "03_fault_tolerance"
+
+
+def test_a_join_without_the_variable_fails_both_agents_with_the_quoted_error(tmp_path):
+    port = free_port()
+    agent = (
+        "torchrun --nnodes=1:2 --nproc_per_node=1 --max-restarts=3 --rdzv_backend=c10d "
+        f"--rdzv_endpoint=127.0.0.1:{port} --rdzv_id=elastic --local-addr=127.0.0.1 "
+        "--rdzv_conf=is_host=false,last_call_timeout=1,keep_alive_interval=2,read_timeout=5 "
+        # Far more epochs than the test lasts: A is still training whenever B arrives.
+        f"{LESSON / 'multigpu_torchrun.py'} 100000 1000 --snapshot_path {tmp_path / 'job.pt'}"
+    )
+    store = start(f"python {LESSON / 'rendezvous_server.py'} {port}", quiet=True)
+    store.wait_for("listening", timeout=60)
+    agent_a = start(agent, cwd=tmp_path, label="A", quiet=True)
+    agent_a.wait_for(r"epoch 1 \| world size 1", timeout=120)
+    agent_b = start(agent, cwd=tmp_path, label="B", quiet=True)
+    joined = agent_b.wait(timeout=120, expect_failure=True)
+    running = agent_a.wait(timeout=120, expect_failure=True)
+    store.kill()
+
+    quoted = (
+        "torch.distributed.DistStoreError: wait timeout after 5000ms, "
+        "keys: /torch.rendezvous.elastic.1/MASTER_ADDR"
+    )
+    assert quoted in joined, joined[-3000:]
+    assert "world size 2" not in joined + running  # the world of two never trained
+    assert "DistStoreError: wait timeout after 5000ms" in running, running[-3000:]
