@@ -24,7 +24,9 @@ from pathlib import Path
 
 # Below Linux's default ephemeral range (32768-60999) and macOS's (49152-65535).
 COURSE_RANGE = range(20000, 32768)
-LOCK_FOLDER = Path(tempfile.gettempdir()) / "ddp-course-ports"
+# Shared by every user of the machine (a classroom server), like /tmp itself: anyone
+# may add a lock file, and flock needs only read access to lock another user's.
+SHARED_LOCK_FOLDER = Path(tempfile.gettempdir()) / "ddp-course-ports"
 
 _held: dict[int, int] = {}  # port -> open file descriptor holding its lock
 
@@ -52,10 +54,27 @@ def candidate_ports() -> list[int]:
     return candidates
 
 
+def lock_folder() -> Path:
+    """The shared lock folder, made writable for every user (mode 1777, as /tmp) by
+    whoever creates it. If another user made it without that (an older version of this
+    file), this user cannot add locks there, and takes a folder of its own."""
+    try:
+        SHARED_LOCK_FOLDER.mkdir()
+        os.chmod(SHARED_LOCK_FOLDER, 0o1777)  # mkdir's mode would be cut by the umask
+    except FileExistsError:
+        pass
+    if os.access(SHARED_LOCK_FOLDER, os.W_OK | os.X_OK):
+        return SHARED_LOCK_FOLDER
+    own = SHARED_LOCK_FOLDER.with_name(f"{SHARED_LOCK_FOLDER.name}-{os.getuid()}")
+    own.mkdir(exist_ok=True)
+    return own
+
+
 def _reserve(port: int) -> bool:
     """Take the port's lock (released when this process ends) if no one holds it."""
-    LOCK_FOLDER.mkdir(exist_ok=True)
-    descriptor = os.open(LOCK_FOLDER / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    # Read-only: a lock file that another user created stays usable (flock locks a file
+    # whatever mode it was opened in).
+    descriptor = os.open(lock_folder() / f"{port}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

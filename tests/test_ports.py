@@ -1,7 +1,11 @@
 """Ports: outside the kernel's ephemeral range, and never the same for two processes."""
 
+import fcntl
+import os
 import socket
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON
@@ -63,3 +67,52 @@ def test_an_ephemeral_range_covering_the_course_range_is_one_clear_error(monkeyp
     monkeypatch.setattr(ports, "ephemeral_range", lambda: range(1024, 65536))
     with pytest.raises(RuntimeError, match="ip_local_port_range"):
         ports.candidate_ports()
+
+
+def test_lock_files_and_folders_of_another_user_are_no_obstacle(tmp_path):
+    """A classroom server: another user ran the course first, so the lock folder and
+    the lock files in it are theirs. A lock file of theirs must still lock (it is opened
+    read-only: flock needs no more), and a lock folder this user cannot write to must
+    not stop it (it takes a folder of its own). Checked in a child process that is
+    another user (nobody) when the test runs as root, and the same user otherwise, with
+    the files made unwritable for their owner."""
+    base = Path(tempfile.mkdtemp(dir="/tmp", prefix="ports-test-"))
+    try:
+        os.chmod(base, 0o1777)
+        shared, readonly = base / "ddp-course-ports", base / "readonly-ports"
+        shared.mkdir(mode=0o1777)
+        os.chmod(shared, 0o1777)
+        readonly.mkdir()
+        taken, free = ports.candidate_ports()[:2]
+        held = os.open(shared / f"{taken}.lock", os.O_RDWR | os.O_CREAT, 0o444)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running job of theirs
+        os.chmod(shared / f"{taken}.lock", 0o444)
+        os.chmod(readonly, 0o555)
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # the other user
+            status = 1
+            try:
+                if os.getuid() == 0:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                ports.candidate_ports = lambda: [taken, free]
+                ports.random.randrange = lambda _: 0  # their locked port is tried first
+                ports.SHARED_LOCK_FOLDER = shared
+                first = ports.free_port()
+                ports.SHARED_LOCK_FOLDER = readonly
+                second = ports.free_port()
+                own = readonly.with_name(f"readonly-ports-{os.getuid()}")
+                os.write(write_end, f"{first} {second} {own.is_dir()}".encode())
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        _, status = os.waitpid(child, 0)
+        said = os.read(read_end, 200).decode()
+        os.close(held)
+        assert os.waitstatus_to_exitcode(status) == 0, said
+        # Their lock held: the free port. Then, in a folder of its own: the first one.
+        assert said == f"{free} {taken} True"
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=True)
