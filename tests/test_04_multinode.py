@@ -170,7 +170,8 @@ def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_pat
     assert "[rank1] resumed from rank 1's snapshot.pt (node 1): 6 epochs done" in node1
     assert "[rank0] epoch 1 |" in node0 and "[rank0] epoch 2 |" not in node0, node0[-3000:]
     assert "[rank0] training finished" not in node0
-    assert "Connection closed by peer" in node0, node0[-3000:]
+    # Its peer gone: "closed" or, when unread bytes were left, "reset" by peer.
+    assert re.search(r"Connection (closed|reset) by peer", node0), node0[-3000:]
     trained_two, claims_eight = snapshot(a), snapshot(b)
     assert (trained_two["epochs_run"], claims_eight["epochs_run"]) == (2, 8)
     assert_same_weights(trained_two, claims_eight)  # the same 2 epochs of training
