@@ -47,7 +47,8 @@ def crash_run(
     crash_step: int,
     monitor_interval: float,
 ) -> dict[str, float]:
-    """One crash-and-restart run; the seconds at which each event's line arrived."""
+    """One crash-and-restart run; the seconds at which each event's line arrived, and
+    the seconds per epoch of the training before the crash (when it ran 3 or more)."""
     command = (
         f"torchrun --standalone --nproc_per_node=2 --max-restarts=1 "
         f"--monitor-interval={monitor_interval} {SCRIPT} {epochs} {save_every} "
@@ -57,6 +58,11 @@ def crash_run(
     run = start(command, cwd=folder, env=FRESH_STORE_PER_ATTEMPT, quiet=True)
     events = {}
     try:
+        if crash_epoch >= 3:  # epochs 1 .. crash_epoch - 1 ran undisturbed: time them
+            run.wait_for(r"epoch 1 \| world", timeout=300)
+            begin = time.monotonic()
+            run.wait_for(rf"epoch {crash_epoch - 1} \| world", timeout=300)
+            events["seconds per epoch"] = (time.monotonic() - begin) / (crash_epoch - 2)
         for name, pattern in (
             ("died", r"injected failure"),
             ("noticed", r"closing signal|failed \(exitcode"),
@@ -72,22 +78,6 @@ def crash_run(
         raise
     events["resumed at epoch"] = int(re.search(r"continuing at epoch (\d+)", output)[1])
     return events
-
-
-def epoch_seconds(folder: Path) -> float:
-    """Seconds per epoch of uninterrupted training (2 processes), from line arrivals."""
-    run = start(
-        f"torchrun --standalone --nproc_per_node=2 {SCRIPT} 8 100 "
-        f"--snapshot_path {folder / 'clean.pt'}",
-        cwd=folder,
-        quiet=True,
-    )
-    run.wait_for(r"epoch 1 \| world", timeout=300)
-    begin = time.monotonic()
-    run.wait_for(r"epoch 7 \| world", timeout=300)
-    seconds = (time.monotonic() - begin) / 6
-    run.wait(timeout=300)
-    return seconds
 
 
 def snapshot_write_seconds(folder: Path) -> float:
@@ -129,8 +119,15 @@ def restart_table(intervals: list[float], repeats: int) -> None:
 
 def work_lost_table(save_everies: list[int]) -> None:
     crash_epoch, crash_step = CRASH_EPOCH, 16
+    runs = {}
+    for save_every in save_everies:
+        with tempfile.TemporaryDirectory() as folder:
+            runs[save_every] = crash_run(
+                Path(folder), crash_epoch + 1, save_every, crash_epoch, crash_step, 0.1
+            )
+    # Seconds per epoch: timed in these runs, before their crash.
+    per_epoch = statistics.median(events["seconds per epoch"] for events in runs.values())
     with tempfile.TemporaryDirectory() as folder:
-        per_epoch = epoch_seconds(Path(folder))
         write = snapshot_write_seconds(Path(folder))
     print(
         f"\n2. Work lost per failure (crash at epoch {crash_epoch}, step {crash_step} of "
@@ -146,11 +143,7 @@ def work_lost_table(save_everies: list[int]) -> None:
         "avg redone, random crash (epochs)",
     )
     print("  ".join(f"{h:>13}" for h in header))
-    for save_every in save_everies:
-        with tempfile.TemporaryDirectory() as folder:
-            events = crash_run(
-                Path(folder), crash_epoch + 1, save_every, crash_epoch, crash_step, 0.1
-            )
+    for save_every, events in runs.items():
         resumed_at = events["resumed at epoch"]
         redone = crash_epoch - resumed_at + crash_step / STEPS_PER_EPOCH
         restart = events["resumed"] - events["died"]

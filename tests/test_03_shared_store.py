@@ -7,11 +7,15 @@ fails after the store's read timeout with the DistStoreError that the elastic no
 quotes, and takes the running agent down with it. With
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the same join works (the elastic notebook's run).
 The notebook's timeout is the default 60 s; here `read_timeout=5` makes it 5 s.
+
+And `stale_address.py`, which the lesson 03 notebook runs without the variable (the
+restarted rank 0 reads the dead worker's address; its check cell holds the outcome to
+gloo's rule): with the variable, the restarted group has a store of its own and meets.
 """
 
 from conftest import REPO
 
-from common.launch import start
+from common.launch import run, start
 from common.ports import free_port
 
 LESSON = REPO / "03_fault_tolerance"
@@ -42,3 +46,36 @@ def test_a_join_without_the_variable_fails_both_agents_with_the_quoted_error(tmp
     assert quoted in joined, joined[-3000:]
     assert "world size 2" not in joined + running  # the world of two never trained
     assert "DistStoreError: wait timeout after 5000ms" in running, running[-3000:]
+
+
+STALE_ADDRESS = "torchrun --standalone --nproc_per_node=2 --max-restarts=1 stale_address.py"
+
+
+def test_with_the_variable_the_restarted_group_meets_in_a_store_of_its_own(tmp_path):
+    output = run(
+        f"torchrun --standalone --nproc_per_node=2 --max-restarts=1 {LESSON / 'stale_address.py'}",
+        cwd=tmp_path,
+        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+        timeout=120,
+        quiet=True,
+    )
+    assert "[rank1] attempt 0: killing myself" in output  # the restart happened
+    assert "[rank0] attempt 1: this attempt has a store of its own" in output
+    assert "[rank0] attempt 1: met" in output and "[rank1] attempt 1: met" in output
+    assert "already in the store" not in output
+
+
+def test_stale_address_without_a_restart_to_show_says_so_on_every_rank(tmp_path):
+    output = run(
+        f"torchrun --standalone --nproc_per_node=2 {LESSON / 'stale_address.py'}",
+        cwd=tmp_path,
+        expect_failure=True,
+        timeout=120,
+        quiet=True,
+    )
+    said = [line for line in output.splitlines() if line.startswith("stale_address.py: ")]
+    assert said == 2 * [
+        "stale_address.py: it needs 2 processes and a restart (--nproc_per_node=2 "
+        f"--max-restarts=1), not 2 process(es) and --max-restarts=0; launch it as: {STALE_ADDRESS}"
+    ], output[-3000:]
+    assert "exitcode  : 2" in output and "attempt 0" not in output
