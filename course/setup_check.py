@@ -8,7 +8,9 @@ FAIL with the fix in one line. Exits 1 when something the course needs is missin
 
 import os
 import platform
+import shutil
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -115,19 +117,112 @@ def check_jupyter_kernel() -> Result:
     try:
         from jupyter_client.kernelspec import KernelSpecManager
 
-        KernelSpecManager().get_kernel_spec("python3")
+        spec = KernelSpecManager().get_kernel_spec("python3")
     except Exception as error:  # not installed, or no kernel
         return Result("FAIL", "Jupyter kernel", f"{type(error).__name__}; {REINSTALL}")
-    return Result("OK", "Jupyter kernel", "python3, from this environment")
+    interpreter = spec.argv[0]
+    # Jupyter starts "python", "python3" and "python3.X" as the Python that runs it: with
+    # .venv/bin/jupyter, this environment's. Any other path is some other Python, where
+    # the notebooks fail with "No module named 'common'".
+    major, minor = sys.version_info[:2]
+    own_names = {"python", f"python{major}", f"python{major}.{minor}"}
+    here = Path(os.path.abspath(sys.executable)).parent
+    if interpreter in own_names or Path(os.path.abspath(interpreter)).parent == here:
+        return Result("OK", "Jupyter kernel", "python3, from this environment")
+    return Result(
+        "FAIL",
+        "Jupyter kernel",
+        f"'python3' (in {spec.resource_dir}) runs {interpreter}, not this environment's "
+        "Python; remove that kernel (jupyter kernelspec remove python3) or unset "
+        "JUPYTER_PATH / JUPYTER_PREFER_ENV_PATH",
+    )
+
+
+def check_hostname() -> Result:
+    """Gloo takes the address its processes listen on from the hostname, unless
+    GLOO_SOCKET_IFNAME names an interface; a name that does not resolve makes it fall
+    back to 127.0.0.1 with a warning, and on macOS can make it hang."""
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return Result(
+            "OK", "hostname", f"not used: GLOO_SOCKET_IFNAME={os.environ['GLOO_SOCKET_IFNAME']}"
+        )
+    name = socket.gethostname()
+    try:
+        socket.getaddrinfo(name, None)
+    except OSError as error:
+        loopback = "lo0" if platform.system() == "Darwin" else "lo"
+        status = "FAIL" if platform.system() == "Darwin" else "NOTE"
+        return Result(
+            status,
+            "hostname",
+            f"{name!r} does not resolve ({error.strerror}), and gloo takes its address from it: "
+            f"export GLOO_SOCKET_IFNAME={loopback} for the lessons on one machine",
+        )
+    return Result("OK", "hostname", f"{name} resolves (gloo listens on its address)")
+
+
+def check_platform() -> Result:
+    system = platform.system()
+    if system == "Windows":
+        return Result(
+            "FAIL",
+            "operating system",
+            "native Windows is not supported (its torch wheels have no libuv for the "
+            "rendezvous store, and the commands use .venv/bin): use WSL2, with the "
+            "clone in the Linux home folder",
+        )
+    return Result("OK", "operating system", f"{system} {platform.machine()}")
+
+
+def check_libuv() -> Result:
+    """torchrun's rendezvous store asks for libuv, whatever USE_LIBUV says (torch 2.14);
+    builds without it (the native Windows wheels) cannot start a torchrun job."""
+    import torch.distributed as dist
+
+    try:
+        store = dist.TCPStore(
+            "127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True
+        )
+    except (RuntimeError, ValueError) as error:
+        if "libuv" not in str(error):
+            raise
+        fix = "torchrun cannot start here; use Linux, macOS or WSL2 with the official wheels"
+        return Result("FAIL", "libuv store", f"{str(error).splitlines()[0]}; {fix}")
+    del store
+    return Result("OK", "libuv store", "available (torchrun's rendezvous store uses it)")
+
+
+def check_gpu_driver() -> Result | None:
+    """None unless nvidia-smi works while torch sees no GPU: then say why."""
+    import torch
+
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi is None or torch.cuda.device_count() > 0:
+        return None
+    try:
+        listed = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0 or "GPU" not in listed.stdout:
+        return None
+    built_for = torch.version.cuda or "no CUDA (a CPU-only build)"
+    return Result(
+        "NOTE",
+        "GPU driver",
+        f"nvidia-smi lists a GPU but this torch ({torch.__version__}, CUDA {built_for}) "
+        "sees none: the driver is too old for this build, or torch is the CPU build; "
+        "the course runs on the CPU",
+    )
 
 
 def all_checks() -> list[Result]:
-    results = [check_python(), check_torch()]
+    results = [check_platform(), check_python(), check_torch()]
     if results[-1].status == "FAIL":
         return results  # nothing below works without torch
-    results += check_backends()
+    results += check_backends() + [check_libuv()]
+    results += [check] if (check := check_gpu_driver()) else []
     results += check_cores_and_memory()
-    results += [check_loopback_port(), check_jupyter_kernel(), check_torchrun()]
+    results += [check_loopback_port(), check_hostname(), check_jupyter_kernel(), check_torchrun()]
     return results
 
 

@@ -1,9 +1,12 @@
 """The setup check: all OK on a machine that can run the course, and a FAIL line with
 its fix, and exit status 1, when something is missing."""
 
+import platform
+import shutil
 import socket
 import subprocess
 
+import pytest
 import torch
 from conftest import PYTHON
 
@@ -48,3 +51,78 @@ def test_any_failure_makes_the_exit_status_1(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "  FAIL  gloo backend           no gloo; reinstall" in out
     assert "1 check(s) failed" in out
+
+
+def test_a_kernel_of_another_python_fails_with_the_fix(monkeypatch, tmp_path):
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+
+    other = "/opt/other/bin/python3"
+    spec = KernelSpec(argv=[other, "-m", "ipykernel_launcher"], resource_dir=str(tmp_path))
+    monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", lambda self, name: spec)
+    result = setup_check.check_jupyter_kernel()
+    assert result.status == "FAIL"
+    assert result.detail.startswith(f"'python3' (in {tmp_path}) runs {other}, not this environment")
+    assert "jupyter kernelspec remove python3" in result.detail
+
+
+def test_this_environments_kernel_passes():
+    assert setup_check.check_jupyter_kernel().status == "OK"
+
+
+@pytest.mark.parametrize(
+    "system, status, interface", [("Darwin", "FAIL", "lo0"), ("Linux", "NOTE", "lo")]
+)
+def test_a_hostname_that_does_not_resolve_names_the_fix(system, status, interface, monkeypatch):
+    def unknown(*args, **kwargs):
+        raise socket.gaierror(8, "nodename nor servname provided, or not known")
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "laptop.local")
+    monkeypatch.setattr(socket, "getaddrinfo", unknown)
+    monkeypatch.setattr(platform, "system", lambda: system)
+    result = setup_check.check_hostname()
+    assert (result.status, result.detail) == (
+        status,
+        "'laptop.local' does not resolve (nodename nor servname provided, or not known), and "
+        f"gloo takes its address from it: export GLOO_SOCKET_IFNAME={interface} for the "
+        "lessons on one machine",
+    )
+
+
+def test_native_windows_fails_and_names_wsl2(monkeypatch):
+    monkeypatch.setattr(platform, "system", lambda: "Windows")
+    result = setup_check.check_platform()
+    assert result.status == "FAIL" and "use WSL2" in result.detail
+
+
+def test_a_torch_without_libuv_fails_with_the_line_torch_gives(monkeypatch):
+    said = (  # what torch says on a build without libuv
+        "use_libuv was requested but PyTorch was built without libuv support, "
+        "run with USE_LIBUV=0 to disable it."
+    )
+
+    def without_libuv(*args, **kwargs):
+        raise RuntimeError(said)
+
+    monkeypatch.setattr(torch.distributed, "TCPStore", without_libuv)
+    result = setup_check.check_libuv()
+    assert result.status == "FAIL" and result.detail.startswith(said + "; torchrun cannot start")
+
+
+def test_this_torch_has_libuv():
+    assert setup_check.check_libuv().status == "OK"
+
+
+def test_a_gpu_that_torch_cannot_see_is_named(monkeypatch):
+    listed = subprocess.CompletedProcess([], 0, stdout="GPU 0: NVIDIA A100 (UUID: GPU-1)\n")
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: listed)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    result = setup_check.check_gpu_driver()
+    assert result.status == "NOTE"
+    assert f"nvidia-smi lists a GPU but this torch ({torch.__version__}, CUDA " in result.detail
+
+
+def test_no_gpu_driver_says_nothing_more(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert setup_check.check_gpu_driver() is None
