@@ -1,6 +1,6 @@
 """Lesson 01: the hand-written ring all-reduce over a real gloo world of CPU processes.
 
-One world per world size (2, 3, 4), started with torch.multiprocessing on a free port;
+One world per world size (2 and 4), started with torch.multiprocessing on a free port;
 every check runs inside it, and a failing check fails the test with its traceback.
 """
 
@@ -92,7 +92,9 @@ def check_world(rank, world_size, port):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("world_size", [2, 3, 4])
+# World 3 (uneven chunks at every size) is checked by the script's own run in
+# test_01_scripts; here the traffic is counted at 2 (left == right) and 4 (2(N-1)/N = 1.5).
+@pytest.mark.parametrize("world_size", [2, 4])
 def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n(world_size, monkeypatch):
     # One thread per spawned process, for this test only (monkeypatch restores it).
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
