@@ -173,9 +173,11 @@ class Trainer:
                     self._progress(epoch, loss_sum, losses, interval_start, steps_this_run)
                     loss_sum, losses, interval_start = loss_sum.zero_(), 0, time.perf_counter()
                 if self.step % self.settings.eval_every == 0 and self.step < self.total_steps:
-                    self.train_seconds += time.perf_counter() - interval_start
+                    validation_start = time.perf_counter()
                     self._validate_and_record(f"epoch {epoch + 1}/{self.settings.max_epochs}")
-                    interval_start = time.perf_counter()
+                    # The interval's clock stops while validating: the next progress line
+                    # divides the interval's steps by training time only.
+                    interval_start += time.perf_counter() - validation_start
                 if self.step >= self.total_steps:
                     break
             self.train_seconds += time.perf_counter() - interval_start

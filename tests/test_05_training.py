@@ -1,10 +1,13 @@
 """Lesson 05 under torchrun: a run that crashes mid-epoch and resumes ends with exactly
 the weights of a run that never crashed, the validation loss is the mean over every
-rank's shard, and a snapshot of another model is refused in one line."""
+rank's shard, a snapshot of another model is refused in one line, and the speed on each
+progress line is training time only (validation excluded)."""
 
+import json
 import math
 import re
 import shutil
+from itertools import pairwise
 
 import pytest
 import torch
@@ -21,12 +24,14 @@ gpt = lesson_module("05_mingpt", "model")
 
 # A tiny model on a short text: 42 steps per epoch, seconds per run. Dropout is on so
 # that the resume must restore every rank's random stream to replay exactly, and
-# mixed precision (bf16 on CPU) is on, as in the YAML.
+# mixed precision (bf16 on CPU) is on, as in the YAML. Validation every 15 steps falls
+# inside the progress intervals of 10.
 TINY = (
     "model.n_layer=2 model.n_head=2 model.n_embd=32 model.dropout=0.1 data.block_size=32 "
-    "trainer.batch_size=8 trainer.max_epochs=3 trainer.log_every=10 trainer.eval_every=1000 "
+    "trainer.batch_size=8 trainer.max_epochs=3 trainer.log_every=10 trainer.eval_every=15 "
     "trainer.sample_chars=40"
 )
+TOKENS_PER_STEP = 8 * 2 * 32  # batch size x processes x block size
 VALIDATION = re.compile(r"\[rank0\] end of epoch (\d)/3: step \d+/\d+ validation loss ([\d.]+)")
 
 
@@ -133,3 +138,20 @@ def test_a_snapshot_of_another_model_is_refused_in_one_line(straight_run, tmp_pa
     assert lines[0].startswith("main.py: snapshot snapshot.pt does not fit this model (size")
     assert "delete it to start from scratch" in lines[0]
     assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output
+
+
+def test_each_progress_line_counts_its_steps_over_training_time_only(straight_run):
+    """tokens/s of an interval = its steps x tokens per step / its training seconds, also
+    when a validation falls inside it (the cumulative `seconds` leaves validation out)."""
+    folder, _, _ = straight_run
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    train = [record for record in records if record["kind"] == "train"]
+    validated = {record["step"] for record in records if record["kind"] == "val"}
+    pairs = [(a, b) for a, b in pairwise(train) if a["epoch"] == b["epoch"]]
+    # A validation at step s runs after step s's progress line: inside the next interval.
+    inside = [b for a, b in pairs if any(a["step"] <= step < b["step"] for step in validated)]
+    assert len(inside) >= 4, train
+    for earlier, later in pairs:
+        steps, seconds = later["step"] - earlier["step"], later["seconds"] - earlier["seconds"]
+        expected = steps * TOKENS_PER_STEP / seconds
+        assert later["tokens_per_second"] == pytest.approx(expected, rel=1e-9), (earlier, later)
