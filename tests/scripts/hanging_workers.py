@@ -4,7 +4,11 @@ torchrun --standalone --nproc_per_node=2 hanging_workers.py
 """
 
 import os
+import sys
 import threading
 
-print(f"worker {os.environ['LOCAL_RANK']} pid {os.getpid()}", flush=True)
+# One write per line: print() may write the text and the newline separately (Python
+# 3.13 does), and the two workers' lines then interleave on torchrun's shared output.
+sys.stdout.write(f"worker {os.environ['LOCAL_RANK']} pid {os.getpid()}\n")
+sys.stdout.flush()
 threading.Event().wait()
