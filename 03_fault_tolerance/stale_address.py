@@ -134,8 +134,9 @@ def first_attempt(rank: int) -> NoReturn:
     """Meet, all-reduce once, note the address each published; then rank 1 dies."""
     dist.init_process_group("gloo", timeout=ROOMY)
     dist.all_reduce(torch.ones(1))
-    port = published_port(rank)
-    job_store().set(f"stale_address/attempt0_rank{rank}", str(port))
+    store = job_store()
+    port = published_port(rank, store)
+    store.set(f"stale_address/attempt0_rank{rank}", str(port))
     log(f"attempt 0: met; my address in the store has port {port}")
     dist.barrier()  # both have noted theirs
     if rank == 1:
@@ -174,9 +175,9 @@ def restart_in_the_shared_store(rank: int, timeout: timedelta) -> NoReturn:
         outcome = f"did not meet: {str(error).splitlines()[0]}"
     log(f"attempt 1: {outcome} ({time.monotonic() - begin:.1f} s)")
     if rank == 1:  # tell rank 0 the port this attempt's rank 1 published
-        store.set("stale_address/attempt1_rank1", str(published_port(1)))
+        store.set("stale_address/attempt1_rank1", str(published_port(1, store)))
     else:
-        mine, theirs = published_port(0), int(store.get("stale_address/attempt1_rank1"))
+        mine, theirs = published_port(0, store), int(store.get("stale_address/attempt1_rank1"))
         rank0, rank1 = role(mine, stale), role(theirs, mine)
         log(
             f"ports: rank 0 {mine}, rank 1 of attempt 0 {stale}, rank 1 {theirs}. "
