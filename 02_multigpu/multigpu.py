@@ -28,7 +28,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
-from common.distributed import device_type, end_process, log0
+from common.distributed import device_type, end_process, gloo_over_loopback, log0
 from common.models import regression_model
 from common.ports import free_port
 from common.snapshot import save_atomic
@@ -51,6 +51,7 @@ def ddp_setup(global_rank: int, world_size: int, port: int) -> torch.device:
         # mp.spawn, unlike torchrun, lets every process use every core: N processes
         # each running N threads would fight over the cores. Give each its share.
         torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
+    gloo_over_loopback()  # one machine: gloo need not look up the machine's name
     dist.init_process_group(
         backend=backend,
         init_method=f"tcp://127.0.0.1:{port}",

@@ -48,7 +48,14 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
-from common.distributed import device_type, end_process, log, log0, require_torchrun
+from common.distributed import (
+    device_type,
+    end_process,
+    gloo_over_loopback,
+    log,
+    log0,
+    require_torchrun,
+)
 from common.models import regression_model
 from common.snapshot import SnapshotError, load, save_atomic
 
@@ -64,6 +71,8 @@ def ddp_setup() -> torch.device:
     local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
     global_rank = int(os.environ["RANK"])  # its number in the whole job
     world_size = int(os.environ["WORLD_SIZE"])
+    if os.environ.get("LOCAL_WORLD_SIZE") == os.environ["WORLD_SIZE"]:  # all on this machine
+        gloo_over_loopback()  # so gloo does not depend on the machine's name
     if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
         # Process i of a machine owns GPU i. Without set_device every process would put
         # its CUDA context and nccl's buffers on GPU 0.

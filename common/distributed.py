@@ -10,6 +10,7 @@ version of a lesson on a GPU machine.
 
 import atexit
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -69,9 +70,33 @@ def require_torchrun(launch_hint: str) -> None:
 def torchrun_env(launch_hint: str) -> tuple[int, int, int]:
     """(local_rank, global_rank, world_size) as torchrun sets them, after
     `require_torchrun(launch_hint)`. Stands for `int(os.environ["LOCAL_RANK"])`,
-    `int(os.environ["RANK"])`, `int(os.environ["WORLD_SIZE"])`."""
+    `int(os.environ["RANK"])`, `int(os.environ["WORLD_SIZE"])`; and when this machine
+    holds the whole world (LOCAL_WORLD_SIZE == WORLD_SIZE), `gloo_over_loopback()`."""
     require_torchrun(launch_hint)
+    if os.environ.get("LOCAL_WORLD_SIZE") == os.environ["WORLD_SIZE"]:
+        gloo_over_loopback()
     return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def loopback_interface() -> str | None:
+    """The network interface that carries 127.0.0.1: `lo` on Linux, `lo0` on macOS."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def gloo_over_loopback() -> None:
+    """Have gloo connect this machine's processes over 127.0.0.1. For worlds that live
+    on one machine only; call it before `init_process_group`.
+
+    Why: unless GLOO_SOCKET_IFNAME names an interface, each gloo process listens on the
+    address the machine's *hostname* resolves to, and tells the others to connect
+    there. Within one machine that lookup is needless and can go wrong: a Mac's
+    `name.local` is looked up over the network (slow, or not at all when offline), a
+    VPN or a firewall can change or block the answer. Loopback needs no name. Lesson 04
+    shows what the hostname does across machines. A GLOO_SOCKET_IFNAME you set wins."""
+    interface = loopback_interface()
+    if interface and "GLOO_SOCKET_IFNAME" not in os.environ:
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
 
 
 def current_rank() -> int:

@@ -13,7 +13,10 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
   it left running, so no orphan is left holding a port or a core;
 - returns the captured output for later cells to parse;
 - runs `torchrun` and `python` from the same Python environment as the notebook's
-  kernel, and replaces `{port}` in the command with a free TCP port (`common.ports`).
+  kernel, and replaces `{port}` in the command with a free TCP port (`common.ports`);
+- gives torchrun `OMP_NUM_THREADS=1` (it would set it anyway, with a warning), and
+  for `--standalone` launches the address 127.0.0.1 (`PET_LOCAL_ADDR`), so that a
+  launch on one machine never depends on the machine's name resolving.
 
 For commands that run side by side (two torchrun agents playing two nodes, an agent
 that joins a running job), `start` launches a command in the background and returns a
@@ -129,6 +132,12 @@ class Command:
             # torchrun sets this to 1 for every worker anyway, with a four-line warning
             # each time; 00_intro explains the why once, so later lessons stay readable.
             child_env.setdefault("OMP_NUM_THREADS", "1")
+            if "--standalone" in argv:
+                # --standalone tells the workers to find torchrun's store at the
+                # machine's name (socket.getfqdn()); a name that does not resolve
+                # makes them retry for minutes. On one machine 127.0.0.1 always
+                # works: this is torchrun's --local-addr, read from its PET_ variable.
+                child_env.setdefault("PET_LOCAL_ADDR", "127.0.0.1")
         self._process = subprocess.Popen(
             argv,
             cwd=cwd,

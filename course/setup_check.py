@@ -139,26 +139,25 @@ def check_jupyter_kernel() -> Result:
 
 
 def check_hostname() -> Result:
-    """Gloo takes the address its processes listen on from the hostname, unless
-    GLOO_SOCKET_IFNAME names an interface; a name that does not resolve makes it fall
-    back to 127.0.0.1 with a warning, and on macOS can make it hang."""
-    if os.environ.get("GLOO_SOCKET_IFNAME"):
-        return Result(
-            "OK", "hostname", f"not used: GLOO_SOCKET_IFNAME={os.environ['GLOO_SOCKET_IFNAME']}"
-        )
-    name = socket.gethostname()
+    """`torchrun --standalone` tells its workers to find its store at this machine's
+    name (`socket.getfqdn()`); a name that does not resolve makes them retry for
+    minutes. The notebooks launch with 127.0.0.1 instead (`common.launch`), and one-
+    machine worlds give gloo the loopback interface (`common.distributed`), so only
+    torchrun typed in a terminal needs the name."""
+    if os.environ.get("PET_LOCAL_ADDR"):
+        return Result("OK", "hostname", f"not used: PET_LOCAL_ADDR={os.environ['PET_LOCAL_ADDR']}")
+    name = socket.getfqdn()
     try:
         socket.getaddrinfo(name, None)
     except OSError as error:
-        loopback = "lo0" if platform.system() == "Darwin" else "lo"
-        status = "FAIL" if platform.system() == "Darwin" else "NOTE"
         return Result(
-            status,
+            "NOTE",
             "hostname",
-            f"{name!r} does not resolve ({error.strerror}), and gloo takes its address from it: "
-            f"export GLOO_SOCKET_IFNAME={loopback} for the lessons on one machine",
+            f"{name!r} does not resolve ({error.strerror}): the notebooks do not need it, but "
+            "torchrun --standalone in a terminal would hang; add --local-addr=127.0.0.1 to "
+            "those commands, or map the name to 127.0.0.1 in /etc/hosts",
         )
-    return Result("OK", "hostname", f"{name} resolves (gloo listens on its address)")
+    return Result("OK", "hostname", f"{name} resolves (torchrun --standalone gives it to workers)")
 
 
 def check_platform() -> Result:

@@ -2,6 +2,7 @@
 rank-prefixed logging, one-line argument errors, the dataset, and showing source."""
 
 import io
+import os
 
 import pytest
 import torch
@@ -49,6 +50,27 @@ def test_torchrun_env_reads_what_torchrun_sets(monkeypatch):
     for name, value in TORCHRUN_ENV.items():
         monkeypatch.setenv(name, value)
     assert distributed.torchrun_env("torchrun x.py") == (1, 3, 4)
+
+
+@pytest.mark.parametrize("local_world_size, interface_set", [("4", True), ("2", False)])
+def test_gloo_uses_loopback_only_when_this_machine_holds_the_whole_world(
+    local_world_size, interface_set, monkeypatch
+):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "")  # so that monkeypatch restores it after
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME")
+    values = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "a"}
+    for name, value in {**values, "MASTER_PORT": "1", "LOCAL_WORLD_SIZE": local_world_size}.items():
+        monkeypatch.setenv(name, value)
+    distributed.torchrun_env("torchrun ...")
+    loopback = distributed.loopback_interface()
+    assert loopback in ("lo", "lo0")
+    assert os.environ.get("GLOO_SOCKET_IFNAME") == (loopback if interface_set else None)
+
+
+def test_a_gloo_interface_you_chose_is_kept(monkeypatch):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
+    distributed.gloo_over_loopback()
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "eth7"
 
 
 def test_without_torchrun_the_script_says_how_to_launch_it(monkeypatch):

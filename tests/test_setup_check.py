@@ -6,7 +6,6 @@ import shutil
 import socket
 import subprocess
 
-import pytest
 import torch
 from conftest import PYTHON
 
@@ -69,24 +68,26 @@ def test_this_environments_kernel_passes():
     assert setup_check.check_jupyter_kernel().status == "OK"
 
 
-@pytest.mark.parametrize(
-    "system, status, interface", [("Darwin", "FAIL", "lo0"), ("Linux", "NOTE", "lo")]
-)
-def test_a_hostname_that_does_not_resolve_names_the_fix(system, status, interface, monkeypatch):
+def test_a_hostname_that_does_not_resolve_names_the_fix(monkeypatch):
     def unknown(*args, **kwargs):
         raise socket.gaierror(8, "nodename nor servname provided, or not known")
 
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    monkeypatch.setattr(socket, "gethostname", lambda: "laptop.local")
+    monkeypatch.delenv("PET_LOCAL_ADDR", raising=False)
+    monkeypatch.setattr(socket, "getfqdn", lambda: "laptop.local")
     monkeypatch.setattr(socket, "getaddrinfo", unknown)
-    monkeypatch.setattr(platform, "system", lambda: system)
     result = setup_check.check_hostname()
     assert (result.status, result.detail) == (
-        status,
-        "'laptop.local' does not resolve (nodename nor servname provided, or not known), and "
-        f"gloo takes its address from it: export GLOO_SOCKET_IFNAME={interface} for the "
-        "lessons on one machine",
+        "NOTE",
+        "'laptop.local' does not resolve (nodename nor servname provided, or not known): the "
+        "notebooks do not need it, but torchrun --standalone in a terminal would hang; add "
+        "--local-addr=127.0.0.1 to those commands, or map the name to 127.0.0.1 in /etc/hosts",
     )
+
+
+def test_a_hostname_that_resolves_is_ok(monkeypatch):
+    monkeypatch.delenv("PET_LOCAL_ADDR", raising=False)
+    monkeypatch.setattr(socket, "getfqdn", lambda: "localhost")
+    assert setup_check.check_hostname().status == "OK"
 
 
 def test_native_windows_fails_and_names_wsl2(monkeypatch):

@@ -1,0 +1,64 @@
+"""One-machine launches do not depend on the machine's name. In a UTS namespace whose
+hostname resolves nowhere, torchrun --standalone as the notebooks launch it still meets
+(`common.launch` gives torchrun 127.0.0.1 as its address), and gloo never looks the
+name up (`common.distributed.gloo_over_loopback`): no "Unable to resolve hostname"
+warning. Without the first, the workers retry the store at the name until the time
+limit; without the second, gloo warns and falls back."""
+
+import shutil
+import subprocess
+
+import pytest
+from conftest import PYTHON, REPO, skip_or_fail
+
+NAME = "no-such-host.invalid"  # .invalid never resolves (RFC 6761)
+
+# Run inside the namespace: prove the premise, then launch as a notebook cell does.
+LAUNCH = """
+import socket, sys
+from common.launch import run
+try:
+    socket.getaddrinfo(socket.getfqdn(), None)
+except OSError:
+    pass
+else:
+    sys.exit(f"{socket.getfqdn()} resolves: this test would prove nothing")
+run(sys.argv[1], cwd=sys.argv[2], timeout=120)
+"""
+
+
+def why_no_uts_namespace() -> str | None:
+    if shutil.which("unshare") is None:
+        return "needs unshare (util-linux) to give a process a hostname of its own"
+    probe = subprocess.run(["unshare", "--uts", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot make a UTS namespace ({probe.stderr.strip()}): run the tests as root"
+    return None
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        (
+            "torchrun --standalone --nproc_per_node=2 {REPO}/00_intro/hello_torchrun.py",
+            "all_reduce(SUM) of the ranks = 1 (expected 1)",
+        ),
+        # mp.spawn: the processes meet at 127.0.0.1 (init_method) and use gloo.
+        ("python {REPO}/02_multigpu/multigpu.py 1 1 --world_size 2", "epoch 0 | checkpoint saved"),
+    ],
+)
+def test_a_one_machine_launch_meets_when_the_hostname_does_not_resolve(command, expected, tmp_path):
+    skip_or_fail(why_no_uts_namespace())
+    inside = f'hostname {NAME} && exec "$0" -c "$1" "$2" "$3"'
+    command = command.format(REPO=REPO)
+    result = subprocess.run(
+        ["unshare", "--uts", "sh", "-c", inside, PYTHON, LAUNCH, command, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert expected in output
+    assert "Unable to resolve hostname" not in output
+    assert NAME not in output  # nothing tried to reach the name
