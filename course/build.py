@@ -131,8 +131,8 @@ def main() -> int:
     failed = [nb.parent.name for nb, ok, _ in built if not ok]
     print(f"\nThe executed course is in {args.out}/:")
     print(f"  in a browser:  open {args.out / 'index.html'}")
-    print(f"  in Jupyter:    .venv/bin/jupyter lab {args.out}")
-    print("  to run the lessons yourself: .venv/bin/jupyter lab  (then open 00_intro/)")
+    print(f"  in Jupyter:    .venv/bin/jupyter lab {args.out}  (to read, with outputs)")
+    print("  to run the lessons: .venv/bin/jupyter lab, then 00_intro/ (the scripts are there)")
     if failed:
         print(f"\n{len(failed)} lesson(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1

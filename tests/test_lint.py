@@ -1,6 +1,7 @@
 """The learner reads our code: it must pass the linter the project is configured with
 (pyproject.toml, [tool.ruff]), notebooks included."""
 
+import re
 import subprocess
 
 from conftest import PYTHON, REPO
@@ -20,3 +21,21 @@ def test_ruff_check_finds_nothing():
 def test_code_is_formatted():
     result = ruff("format", "--check")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_command_uses_torchruns_log_redirection():
+    """torchrun's --redirects and --tee are not supported on macOS (torch's
+    elastic/multiprocessing/redirects.py): a course that runs on a Mac must not use them.
+    Every tracked file is read (scripts, notebooks, sbatch scripts, the README) for a
+    torchrun command that has one; prose that names them in backquotes does not count."""
+    command = re.compile(r"torchrun\b[^`\n]*\s--(redirects|tee)\b")
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    users = [
+        name
+        for name in tracked
+        if name != "tests/test_lint.py"
+        and command.search((REPO / name).read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert users == []
