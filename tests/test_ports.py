@@ -1,6 +1,7 @@
 """Ports: outside the kernel's ephemeral range, and never the same for two processes."""
 
 import fcntl
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -69,6 +70,22 @@ def test_an_ephemeral_range_covering_the_course_range_is_one_clear_error(monkeyp
         ports.candidate_ports()
 
 
+def claim_as_another_user(shared, readonly, taken, free, results) -> None:
+    """As nobody when run as root: a free port from the lock folder `shared`, where the
+    lock file of `taken` is someone else's, then from `readonly`, which it cannot write."""
+    if os.getuid() == 0:
+        os.setgid(65534)
+        os.setuid(65534)
+    ports.candidate_ports = lambda: [taken, free]
+    ports.random.randrange = lambda _: 0  # their locked port is tried first
+    ports.SHARED_LOCK_FOLDER = shared
+    first = ports.free_port()
+    ports.SHARED_LOCK_FOLDER = readonly
+    second = ports.free_port()
+    own = readonly.with_name(f"readonly-ports-{os.getuid()}")
+    results.send(f"{first} {second} {own.is_dir()}")
+
+
 def test_lock_files_and_folders_of_another_user_are_no_obstacle(tmp_path):
     """A classroom server: another user ran the course first, so the lock folder and
     the lock files in it are theirs. A lock file of theirs must still lock (it is opened
@@ -88,30 +105,18 @@ def test_lock_files_and_folders_of_another_user_are_no_obstacle(tmp_path):
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running job of theirs
         os.chmod(shared / f"{taken}.lock", 0o444)
         os.chmod(readonly, 0o555)
-        read_end, write_end = os.pipe()
-        child = os.fork()
-        if child == 0:  # the other user
-            status = 1
-            try:
-                if os.getuid() == 0:
-                    os.setgid(65534)
-                    os.setuid(65534)
-                ports.candidate_ports = lambda: [taken, free]
-                ports.random.randrange = lambda _: 0  # their locked port is tried first
-                ports.SHARED_LOCK_FOLDER = shared
-                first = ports.free_port()
-                ports.SHARED_LOCK_FOLDER = readonly
-                second = ports.free_port()
-                own = readonly.with_name(f"readonly-ports-{os.getuid()}")
-                os.write(write_end, f"{first} {second} {own.is_dir()}".encode())
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write_end)
-        _, status = os.waitpid(child, 0)
-        said = os.read(read_end, 200).decode()
+        # The other user is a child of the forkserver: a process of one thread, where
+        # fork() is safe (a test worker has several, and fork() there may deadlock).
+        context = multiprocessing.get_context("forkserver")
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(
+            target=claim_as_another_user, args=(shared, readonly, taken, free, sender)
+        )
+        child.start()
+        child.join(timeout=120)
+        said = receiver.recv() if receiver.poll() else "(it said nothing)"
         os.close(held)
-        assert os.waitstatus_to_exitcode(status) == 0, said
+        assert child.exitcode == 0, said
         # Their lock held: the free port. Then, in a folder of its own: the first one.
         assert said == f"{free} {taken} True"
     finally:
