@@ -20,9 +20,12 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client import AsyncKernelManager
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 from nbconvert import HTMLExporter
+from traitlets import default
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -50,6 +53,28 @@ def cell_limit(nb) -> int:
     return nb.metadata.get("execution", {}).get("timeout", CELL_TIMEOUT_SECONDS)
 
 
+class ThisPython(KernelSpecManager):
+    """Kernels run the Python that runs the build. Asked for "python3", Jupyter would
+    take the first kernelspec of that name it finds, and a user-level one (another
+    Python, another environment) comes first: the notebooks then fail with "No module
+    named 'common'"."""
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return KernelSpec(
+            argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            display_name=f"Python {sys.version_info.major}.{sys.version_info.minor}",
+            language="python",
+        )
+
+
+class ThisPythonKernel(AsyncKernelManager):
+    """nbclient's kernel manager, with `ThisPython` as its kernelspecs."""
+
+    @default("kernel_spec_manager")
+    def _this_python(self) -> KernelSpecManager:
+        return ThisPython()
+
+
 def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
     """Run one notebook in its own folder; write it, executed, as .ipynb and .html."""
     nb = nbformat.read(notebook, as_version=4)
@@ -60,6 +85,7 @@ def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
             nb,
             timeout=cell_limit(nb),
             kernel_name="python3",
+            kernel_manager_class=ThisPythonKernel,
             resources={"metadata": {"path": str(notebook.parent)}},
         ).execute()
     except (CellExecutionError, CellTimeoutError) as error:

@@ -1,10 +1,12 @@
 """The rendered course: pages that load nothing from the network, and a lesson list."""
 
+import json
 import re
+import sys
 
 import nbformat
 
-from course.build import lesson_notebooks, to_html
+from course.build import execute, lesson_notebooks, to_html
 
 
 def test_lessons_are_found_in_course_order():
@@ -60,3 +62,32 @@ def test_animations_are_rendered_without_their_cdn_icons():
         re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?://[^"]+)"', page) == []
     )
     assert ".anim-buttons .fa-play::before" in page  # its icons, drawn without the font
+
+
+def test_notebooks_run_in_this_python_whatever_kernelspec_comes_first(tmp_path, monkeypatch):
+    # A user-level "python3" kernelspec that runs some other Python, found first.
+    foreign = tmp_path / "jupyter" / "kernels" / "python3"
+    foreign.mkdir(parents=True)
+    spec = {"argv": ["/nonexistent/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]}
+    (foreign / "kernel.json").write_text(
+        json.dumps({**spec, "display_name": "other", "language": "python"})
+    )
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    lesson = tmp_path / "lesson"
+    lesson.mkdir()
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "import os, sys; print(sys.executable, os.getcwd())",
+                metadata={"slideshow": {"slide_type": "slide"}},  # the build makes a deck too
+            )
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
+    )
+    nbformat.write(notebook, lesson / "probe.ipynb")
+    ok, _ = execute(lesson / "probe.ipynb", tmp_path / "out")
+    assert ok
+    executed = nbformat.read(tmp_path / "out" / "probe.ipynb", as_version=4)
+    assert executed.cells[0].outputs[0]["text"] == f"{sys.executable} {lesson}\n"
