@@ -2,6 +2,7 @@
 says, samples reproducibly; the config and the data refuse bad input in one line."""
 
 import math
+import subprocess
 
 import pytest
 import torch
@@ -156,6 +157,25 @@ def test_the_split_is_the_same_on_every_rank_and_holds_out_whole_chunks():
     text, _ = char_dataset.load_text(None)  # its length depends on the Python version
     assert not set(train) & set(val) and len(train) + len(val) == (len(text) - 1) // 64
     assert len(val) == int(0.1 * (len(train) + len(val)))
+
+
+def test_no_file_states_this_pythons_text_size():
+    """The lesson's text is Python's own help, whose size changes with every CPython
+    release (by about 50,000 characters from 3.10 to 3.13): figures about it are
+    printed at run time, never written down. Fails if one is."""
+    text, _ = char_dataset.load_text(None)
+    length, vocab = len(text), len(set(text))
+    figures = {str(length), f"{length:,}", f"{length:,}".replace(",", " "), f"vocab_size={vocab}"}
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    stated = [
+        (name, figure)
+        for name in tracked
+        for figure in figures
+        if figure in (REPO / name).read_text(encoding="utf-8", errors="replace")
+    ]
+    assert stated == []
 
 
 def test_bad_data_files_get_one_line(tmp_path):
