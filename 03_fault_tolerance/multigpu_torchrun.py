@@ -55,6 +55,7 @@ from common.distributed import (
     log,
     log0,
     require_torchrun,
+    world_on_this_machine,
 )
 from common.models import regression_model
 from common.snapshot import SnapshotError, load, save_atomic
@@ -71,7 +72,7 @@ def ddp_setup() -> torch.device:
     local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
     global_rank = int(os.environ["RANK"])  # its number in the whole job
     world_size = int(os.environ["WORLD_SIZE"])
-    if os.environ.get("LOCAL_WORLD_SIZE") == os.environ["WORLD_SIZE"]:  # all on this machine
+    if world_on_this_machine():  # one agent, or a store at 127.0.0.1
         gloo_over_loopback()  # so gloo does not depend on the machine's name
     if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
         # Process i of a machine owns GPU i. Without set_device every process would put

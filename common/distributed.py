@@ -71,11 +71,19 @@ def torchrun_env(launch_hint: str) -> tuple[int, int, int]:
     """(local_rank, global_rank, world_size) as torchrun sets them, after
     `require_torchrun(launch_hint)`. Stands for `int(os.environ["LOCAL_RANK"])`,
     `int(os.environ["RANK"])`, `int(os.environ["WORLD_SIZE"])`; and when this machine
-    holds the whole world (LOCAL_WORLD_SIZE == WORLD_SIZE), `gloo_over_loopback()`."""
+    holds the whole world, `gloo_over_loopback()`."""
     require_torchrun(launch_hint)
-    if os.environ.get("LOCAL_WORLD_SIZE") == os.environ["WORLD_SIZE"]:
+    if world_on_this_machine():
         gloo_over_loopback()
     return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+def world_on_this_machine() -> bool:
+    """True when every process of the job runs on this machine: one torchrun agent holds
+    the whole world, or the store is at a loopback address, which only this machine's
+    processes can reach (two agents on one machine playing two nodes)."""
+    one_agent = os.environ.get("LOCAL_WORLD_SIZE") == os.environ.get("WORLD_SIZE")
+    return one_agent or os.environ.get("MASTER_ADDR") in ("127.0.0.1", "localhost")
 
 
 def loopback_interface() -> str | None:

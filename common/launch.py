@@ -15,8 +15,9 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
 - runs `torchrun` and `python` from the same Python environment as the notebook's
   kernel, and replaces `{port}` in the command with a free TCP port (`common.ports`);
 - gives torchrun `OMP_NUM_THREADS=1` (it would set it anyway, with a warning), and
-  for `--standalone` launches the address 127.0.0.1 (`PET_LOCAL_ADDR`), so that a
-  launch on one machine never depends on the machine's name resolving.
+  when all its agents are on this machine (`--standalone`, or a rendezvous at
+  127.0.0.1) the address 127.0.0.1 (`PET_LOCAL_ADDR`), so that a launch on one
+  machine never depends on the machine's name resolving.
 
 For commands that run side by side (two torchrun agents playing two nodes, an agent
 that joins a running job), `start` launches a command in the background and returns a
@@ -69,6 +70,23 @@ def resolve(argv: list[str]) -> list[str]:
     if argv and argv[0] in ("python", "python3"):
         return [sys.executable, *argv[1:]]
     return argv
+
+
+LOOPBACK_ENDPOINT = re.compile(r"^(127\.0\.0\.1|localhost):\d+$")
+
+
+def on_this_machine_only(torchrun_argv: list[str]) -> bool:
+    """True for torchrun's `--standalone`, and for a rendezvous at 127.0.0.1 or
+    localhost, which only agents on this machine can reach."""
+    if "--standalone" in torchrun_argv:
+        return True
+    for i, arg in enumerate(torchrun_argv):
+        name, _, value = arg.partition("=")
+        if name in ("--rdzv_endpoint", "--rdzv-endpoint"):
+            if not value and i + 1 < len(torchrun_argv):
+                value = torchrun_argv[i + 1]
+            return bool(LOOPBACK_ENDPOINT.match(value))
+    return False
 
 
 class LineStream:
@@ -132,11 +150,12 @@ class Command:
             # torchrun sets this to 1 for every worker anyway, with a four-line warning
             # each time; 00_intro explains the why once, so later lessons stay readable.
             child_env.setdefault("OMP_NUM_THREADS", "1")
-            if "--standalone" in argv:
-                # --standalone tells the workers to find torchrun's store at the
-                # machine's name (socket.getfqdn()); a name that does not resolve
-                # makes them retry for minutes. On one machine 127.0.0.1 always
-                # works: this is torchrun's --local-addr, read from its PET_ variable.
+            if on_this_machine_only(argv):
+                # Each agent tells the workers to find its store at the machine's
+                # name (socket.getfqdn()) unless given --local-addr; a name that does
+                # not resolve makes them retry for minutes. Here every agent is on
+                # this machine, where 127.0.0.1 always works: torchrun reads
+                # --local-addr from PET_LOCAL_ADDR. An explicit --local-addr wins.
                 child_env.setdefault("PET_LOCAL_ADDR", "127.0.0.1")
         self._process = subprocess.Popen(
             argv,

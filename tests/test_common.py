@@ -52,14 +52,23 @@ def test_torchrun_env_reads_what_torchrun_sets(monkeypatch):
     assert distributed.torchrun_env("torchrun x.py") == (1, 3, 4)
 
 
-@pytest.mark.parametrize("local_world_size, interface_set", [("4", True), ("2", False)])
-def test_gloo_uses_loopback_only_when_this_machine_holds_the_whole_world(
-    local_world_size, interface_set, monkeypatch
+@pytest.mark.parametrize(
+    "local_world_size, master_addr, interface_set",
+    [
+        ("4", "node1", True),  # one agent holds all 4 processes
+        ("2", "127.0.0.1", True),  # two agents, but the store is on loopback
+        ("2", "localhost", True),
+        ("2", "node1", False),  # two agents on two machines: the address is lesson 04's
+    ],
+)
+def test_gloo_uses_loopback_only_when_the_whole_world_is_on_this_machine(
+    local_world_size, master_addr, interface_set, monkeypatch
 ):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "")  # so that monkeypatch restores it after
     monkeypatch.delenv("GLOO_SOCKET_IFNAME")
-    values = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "a"}
-    for name, value in {**values, "MASTER_PORT": "1", "LOCAL_WORLD_SIZE": local_world_size}.items():
+    values = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "MASTER_PORT": "1"}
+    values |= {"MASTER_ADDR": master_addr, "LOCAL_WORLD_SIZE": local_world_size}
+    for name, value in values.items():
         monkeypatch.setenv(name, value)
     distributed.torchrun_env("torchrun ...")
     loopback = distributed.loopback_interface()

@@ -11,19 +11,24 @@ import subprocess
 import pytest
 from conftest import PYTHON, REPO, skip_or_fail
 
+from common.ports import free_port
+
 NAME = "no-such-host.invalid"  # .invalid never resolves (RFC 6761)
 
-# Run inside the namespace: prove the premise, then launch as a notebook cell does.
+# Run inside the namespace: prove the premise, then launch as a notebook cell does
+# (commands given together run side by side, as two agents playing two nodes).
 LAUNCH = """
 import socket, sys
-from common.launch import run
+from common.launch import start
 try:
     socket.getaddrinfo(socket.getfqdn(), None)
 except OSError:
     pass
 else:
     sys.exit(f"{socket.getfqdn()} resolves: this test would prove nothing")
-run(sys.argv[1], cwd=sys.argv[2], timeout=120)
+commands = [start(command, cwd=sys.argv[1]) for command in sys.argv[2:]]
+for command in commands:
+    command.wait(120)
 """
 
 
@@ -36,29 +41,44 @@ def why_no_uts_namespace() -> str | None:
     return None
 
 
+TWO_AGENTS = "torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_id=t "
+
+
 @pytest.mark.parametrize(
-    "command, expected",
+    "commands, expected",
     [
         (
-            "torchrun --standalone --nproc_per_node=2 {REPO}/00_intro/hello_torchrun.py",
+            ["torchrun --standalone --nproc_per_node=2 {REPO}/00_intro/hello_torchrun.py"],
+            "all_reduce(SUM) of the ranks = 1 (expected 1)",
+        ),
+        # Two agents on this machine playing two nodes, as lesson 04 starts them.
+        (
+            [TWO_AGENTS + "--rdzv_endpoint=127.0.0.1:{port} {REPO}/00_intro/hello_torchrun.py"] * 2,
             "all_reduce(SUM) of the ranks = 1 (expected 1)",
         ),
         # mp.spawn: the processes meet at 127.0.0.1 (init_method) and use gloo.
-        ("python {REPO}/02_multigpu/multigpu.py 1 1 --world_size 2", "epoch 0 | checkpoint saved"),
+        (
+            ["python {REPO}/02_multigpu/multigpu.py 1 1 --world_size 2"],
+            "epoch 0 | checkpoint saved",
+        ),
     ],
+    ids=["standalone", "two-agents", "mp.spawn"],
 )
-def test_a_one_machine_launch_meets_when_the_hostname_does_not_resolve(command, expected, tmp_path):
+def test_a_one_machine_launch_meets_when_the_hostname_does_not_resolve(
+    commands, expected, tmp_path
+):
     skip_or_fail(why_no_uts_namespace())
-    inside = f'hostname {NAME} && exec "$0" -c "$1" "$2" "$3"'
-    command = command.format(REPO=REPO)
+    port = free_port()
+    commands = [command.format(REPO=REPO, port=port) for command in commands]
+    inside = f'hostname {NAME} && exec "$0" -c "$@"'
     result = subprocess.run(
-        ["unshare", "--uts", "sh", "-c", inside, PYTHON, LAUNCH, command, str(tmp_path)],
+        ["unshare", "--uts", "sh", "-c", inside, PYTHON, LAUNCH, str(tmp_path), *commands],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=300,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    assert expected in output
+    assert output.count(expected) == (2 if "ranks" in expected else 1)
     assert "Unable to resolve hostname" not in output
     assert NAME not in output  # nothing tried to reach the name

@@ -9,7 +9,15 @@ import sys
 import pytest
 from conftest import PYTHON, REPO, SCRIPTS, is_gone, pids_in
 
-from common.launch import CommandFailed, CommandTimedOut, LineStream, resolve, run, start
+from common.launch import (
+    CommandFailed,
+    CommandTimedOut,
+    LineStream,
+    on_this_machine_only,
+    resolve,
+    run,
+    start,
+)
 
 
 def test_streams_output_and_returns_it(capsys):
@@ -182,3 +190,25 @@ def test_a_line_stream_shows_whole_lines_only(capsys):
     stream.end()  # the last line had no newline: shown, and ended on screen
     assert capsys.readouterr().out == "[job] thi\n"
     assert stream.text == "first line\nsecond line\nthi"  # kept exactly as it came
+
+
+@pytest.mark.parametrize(
+    "arguments, local",
+    [
+        ("--standalone --nproc_per_node=2 job.py", True),
+        ("--nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29400 job.py", True),
+        ("--nnodes=2 --rdzv-endpoint localhost:29400 job.py", True),
+        ("--nnodes=2 --rdzv_endpoint=node1:29400 job.py", False),
+        ("--nnodes=2 --node_rank=0 --master_addr=127.0.0.1 job.py", False),
+    ],
+)
+def test_torchrun_gets_127_0_0_1_only_when_all_its_agents_are_here(arguments, local):
+    assert on_this_machine_only(arguments.split()) == local
+
+
+def test_a_standalone_worker_finds_the_store_at_127_0_0_1(tmp_path):
+    # On this machine the default would be socket.getfqdn(), "localhost" here.
+    script = tmp_path / "where.py"
+    script.write_text("import os; print('MASTER_ADDR', os.environ['MASTER_ADDR'])\n")
+    output = run(f"torchrun --standalone --nproc_per_node=1 {script}", quiet=True)
+    assert "MASTER_ADDR 127.0.0.1\n" in output
