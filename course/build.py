@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import nbformat
+from ipykernel.kernelspec import get_kernel_dict
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from nbclient import NotebookClient
@@ -60,11 +61,7 @@ class ThisPython(KernelSpecManager):
     named 'common'"."""
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        return KernelSpec(
-            argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            display_name=f"Python {sys.version_info.major}.{sys.version_info.minor}",
-            language="python",
-        )
+        return KernelSpec(**get_kernel_dict())  # ipykernel's own spec, for sys.executable
 
 
 class ThisPythonKernel(AsyncKernelManager):
