@@ -39,6 +39,14 @@ def lesson_module(lesson: str, name: str):
     return sys.modules[unique]
 
 
+def tracked_texts() -> dict[str, str]:
+    """Every file git tracks, by path, as text: for checks that no file says something."""
+    names = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return {name: (REPO / name).read_text(encoding="utf-8", errors="replace") for name in names}
+
+
 def run_forked(commands: list[tuple[Path, list[str]]], cwd: Path) -> list[dict]:
     """Run each `python SCRIPT ARGUMENTS` in `cwd` as the interpreter would, but in a
     child forked after torch is imported once (tests/scripts/run_scripts_forked.py):

@@ -2,12 +2,11 @@
 says, samples reproducibly; the config and the data refuse bad input in one line."""
 
 import math
-import subprocess
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, lesson_module, run_forked
+from conftest import REPO, lesson_module, run_forked, tracked_texts
 
 LESSON = REPO / "05_mingpt"
 MAIN = LESSON / "main.py"
@@ -166,14 +165,11 @@ def test_no_file_states_this_pythons_text_size():
     text, _ = char_dataset.load_text(None)
     length, vocab = len(text), len(set(text))
     figures = {str(length), f"{length:,}", f"{length:,}".replace(",", " "), f"vocab_size={vocab}"}
-    tracked = subprocess.run(
-        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split()
     stated = [
         (name, figure)
-        for name in tracked
+        for name, text in tracked_texts().items()
         for figure in figures
-        if figure in (REPO / name).read_text(encoding="utf-8", errors="replace")
+        if figure in text
     ]
     assert stated == []
 

@@ -4,7 +4,7 @@
 import re
 import subprocess
 
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, tracked_texts
 
 
 def ruff(*args):
@@ -29,13 +29,9 @@ def test_no_command_uses_torchruns_log_redirection():
     Every tracked file is read (scripts, notebooks, sbatch scripts, the README) for a
     torchrun command that has one; prose that names them in backquotes does not count."""
     command = re.compile(r"torchrun\b[^`\n]*\s--(redirects|tee)\b")
-    tracked = subprocess.run(
-        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split()
     users = [
         name
-        for name in tracked
-        if name != "tests/test_lint.py"
-        and command.search((REPO / name).read_text(encoding="utf-8", errors="replace"))
+        for name, text in tracked_texts().items()
+        if name != "tests/test_lint.py" and command.search(text)
     ]
     assert users == []
