@@ -6,7 +6,7 @@ each rank holds a whole two-stage replica, and DDP averages the gradients of bot
 stages. The one change: such a module spans several devices, so DDP gets no
 `device_ids` (they name *the* device of a single-device module).
 
-On a machine with 2 GPUs per process, rank r puts its stages on cuda:2r and
+On a machine with 2 GPUs per process, local rank r puts its stages on cuda:2r and
 cuda:2r+1. Elsewhere both stages share the process's device: the code path is the
 same, only the devices differ.
 
@@ -18,6 +18,8 @@ Launch it (from any folder, with the path to this file):
     torchrun --standalone --nproc_per_node=2 model_parallel.py
 """
 
+import os
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -26,7 +28,15 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
 from common.data import IN_FEATURES, SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
+from common.distributed import (
+    backend_for,
+    device_for,
+    device_type,
+    end_process,
+    log,
+    log0,
+    torchrun_env,
+)
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 model_parallel.py [--steps 20]"
 BATCH_SIZE = 32
@@ -49,10 +59,23 @@ class TwoStageModel(nn.Module):
 
 
 def stage_devices(local_rank: int) -> tuple[torch.device, torch.device]:
+    """Where this process's two stages live. Call before `init_process_group`.
+
+    With 2 GPUs or more per process on this machine (GPUs / LOCAL_WORLD_SIZE, the
+    processes torchrun started *here*), local rank r takes cuda:2r and cuda:2r+1, and
+    makes cuda:2r its current device: nccl puts its communicator there, and
+    `device_for` would pick cuda:r, which for r = 1 is rank 0's second stage.
+    Otherwise both stages share the process's device."""
+    if device_type() == "cuda":
+        gpus_per_process = torch.cuda.device_count() // int(os.environ["LOCAL_WORLD_SIZE"])
+        if gpus_per_process >= 2:
+            first, second = (
+                torch.device("cuda", 2 * local_rank),
+                torch.device("cuda", 2 * local_rank + 1),
+            )
+            torch.cuda.set_device(first)
+            return first, second
     device = device_for(local_rank)
-    gpus_per_process = torch.cuda.device_count() // max(1, int(dist.get_world_size()))
-    if device.type == "cuda" and gpus_per_process >= 2:
-        return torch.device("cuda", 2 * local_rank), torch.device("cuda", 2 * local_rank + 1)
     return device, device
 
 
@@ -63,9 +86,8 @@ def main() -> None:
     if args.steps < 1:
         parser.error("--steps must be at least 1")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
-    dist.init_process_group(backend=backend_for(device_for(local_rank).type))
-
     first, second = stage_devices(local_rank)
+    dist.init_process_group(backend=backend_for(first.type))
     log(f"stage 1 on {first}, stage 2 on {second}")
     model = TwoStageModel(first, second)
     reference = TwoStageModel(first, first)  # the same seed: rank 0's one-device baseline

@@ -49,6 +49,7 @@ from torch.utils.data.distributed import DistributedSampler
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import (
+    check_gpus_go_round,
     device_type,
     end_process,
     gloo_over_loopback,
@@ -75,8 +76,10 @@ def ddp_setup() -> torch.device:
     if world_on_this_machine():  # one agent, or a store at 127.0.0.1
         gloo_over_loopback()  # so gloo does not depend on the machine's name
     if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
-        # Process i of a machine owns GPU i. Without set_device every process would put
-        # its CUDA context and nccl's buffers on GPU 0.
+        # Process i of a machine owns GPU i: one line and exit if there are too few.
+        check_gpus_go_round(local_rank)
+        # Without set_device every process would put its CUDA context and nccl's
+        # buffers on GPU 0.
         torch.cuda.set_device(local_rank)
         device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
     else:

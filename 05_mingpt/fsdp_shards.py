@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from char_dataset import load_text
 from model import GPT, GPTShape
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -59,11 +60,14 @@ def main():
     reference = GPT(shape).to(device)
     sharded = copy.deepcopy(reference)
     ddp = DDP(reference, device_ids=[local_rank] if device.type == "cuda" else None)
+    # The ranks to shard over, on the device in use: without a mesh, fully_shard builds
+    # one on the GPU whenever there is one, even under DDP_DEVICE=cpu.
+    mesh = init_device_mesh(device.type, (world_size,))
     # Shard each block on its own, then the rest: a block's weights are gathered just
     # before it runs and freed right after, so only one block is ever whole at a time.
     for block in sharded.blocks:
-        fully_shard(block)
-    fully_shard(sharded)
+        fully_shard(block, mesh=mesh)
+    fully_shard(sharded, mesh=mesh)
 
     optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (ddp, sharded)]
     generator = torch.Generator().manual_seed(100 + global_rank)  # each rank its own data

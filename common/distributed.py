@@ -46,11 +46,38 @@ def device_for(local_rank: int) -> torch.device:
     Stands for (03_fault_tolerance/multigpu_torchrun.py writes it out):
     `torch.cuda.set_device(local_rank); device = torch.device("cuda", local_rank)` on a
     GPU machine, else `torch.device("cpu")`. Without `set_device` every process of a
-    machine would put its CUDA context and nccl's buffers on GPU 0."""
+    machine would put its CUDA context and nccl's buffers on GPU 0. Before that, it
+    stops with one line where the GPUs cannot go round (`check_gpus_go_round`)."""
     if device_type() == "cuda":
+        check_gpus_go_round(local_rank)
         torch.cuda.set_device(local_rank)
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def check_gpus_go_round(local_rank: int) -> None:
+    """Stop with one line, on every process of the machine, where one GPU per process
+    is impossible: more processes than GPUs ("invalid device ordinal" otherwise, on
+    the processes left without one), or several torchrun agents on this machine
+    playing several nodes, whose local ranks 0 would all take GPU 0 (nccl: "Duplicate
+    GPU detected"). torchrun sets LOCAL_WORLD_SIZE; under mp.spawn the local rank is
+    all there is to go by."""
+    gpus = torch.cuda.device_count()
+    on_this_machine = int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1))
+    if on_this_machine > gpus:
+        sys.exit(
+            f"{on_this_machine} processes on this machine but {gpus} GPU(s), and each "
+            f"process needs a GPU of its own: start at most {gpus} "
+            f"(--nproc_per_node={gpus}), or run on the CPU with DDP_DEVICE=cpu"
+        )
+    agents = int(os.environ.get("WORLD_SIZE", 1)) // max(on_this_machine, 1)
+    if agents > 1 and world_on_this_machine() and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        sys.exit(
+            f"{agents} torchrun agents on this machine play {agents} nodes, and each would "
+            "put its local rank 0 on GPU 0: give each agent GPUs of its own "
+            "(CUDA_VISIBLE_DEVICES=0 for one, =1 for the other...), or run on the CPU "
+            "with DDP_DEVICE=cpu"
+        )
 
 
 def require_torchrun(launch_hint: str) -> None:

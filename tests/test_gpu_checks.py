@@ -1,0 +1,95 @@
+"""Where one GPU per process cannot work, `device_for` says so in one line, on every
+process, before CUDA does (with "invalid device ordinal" on some processes, or nccl's
+"Duplicate GPU detected").
+
+No GPU here: each test fakes a machine with a number of GPUs (`torch.cuda`'s
+`is_available`, `device_count` and `set_device`), and torchrun's environment. What a
+real GPU then does was not run here (README, "Running on GPUs").
+"""
+
+import pytest
+import torch
+
+from common import distributed
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """`machine(gpus, **environment)`: fake `gpus` CUDA GPUs and torchrun's variables;
+    returns the list of devices `set_device` was called with."""
+    chosen = []
+
+    def fake(gpus: int, **environment: str) -> list[int]:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+        monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+        names = ("DDP_DEVICE", "CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
+        for name in names + ("MASTER_ADDR",):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in environment.items():
+            monkeypatch.setenv(name, value)
+        return chosen
+
+    return fake
+
+
+def test_each_process_takes_the_gpu_of_its_local_rank(machine):
+    chosen = machine(4, LOCAL_WORLD_SIZE="4", WORLD_SIZE="8", MASTER_ADDR="node1")
+    assert [distributed.device_for(rank) for rank in range(4)] == [
+        torch.device("cuda", rank) for rank in range(4)
+    ]
+    assert chosen == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])  # both stop: the GPU owner too
+def test_more_processes_than_gpus_stop_every_process_with_one_line(machine, local_rank):
+    chosen = machine(1, LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
+    with pytest.raises(SystemExit) as stopped:
+        distributed.device_for(local_rank)
+    assert str(stopped.value) == (
+        "2 processes on this machine but 1 GPU(s), and each process needs a GPU of its "
+        "own: start at most 1 (--nproc_per_node=1), or run on the CPU with DDP_DEVICE=cpu"
+    )
+    assert chosen == []
+
+
+def test_under_mp_spawn_the_local_rank_is_what_counts(machine):
+    """mp.spawn sets no LOCAL_WORLD_SIZE: the process with no GPU left stops."""
+    chosen = machine(1)
+    assert distributed.device_for(0) == torch.device("cuda", 0)
+    with pytest.raises(SystemExit, match=r"^2 processes on this machine but 1 GPU\(s\)"):
+        distributed.device_for(1)
+    assert chosen == [0]
+
+
+def test_two_agents_on_one_machine_without_gpus_of_their_own_stop(machine):
+    chosen = machine(2, LOCAL_WORLD_SIZE="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
+    with pytest.raises(SystemExit) as stopped:
+        distributed.device_for(0)
+    assert str(stopped.value) == (
+        "2 torchrun agents on this machine play 2 nodes, and each would put its local "
+        "rank 0 on GPU 0: give each agent GPUs of its own (CUDA_VISIBLE_DEVICES=0 for "
+        "one, =1 for the other...), or run on the CPU with DDP_DEVICE=cpu"
+    )
+    assert chosen == []
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"CUDA_VISIBLE_DEVICES": "1"},  # each agent was given a GPU of its own
+        {"MASTER_ADDR": "node1"},  # two real machines
+        {"DDP_DEVICE": "cpu"},  # the simulated nodes run on the CPU
+    ],
+)
+def test_two_agents_are_fine_with_gpus_of_their_own_or_on_two_machines(machine, environment):
+    setting = {"LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    machine(2, **(setting | environment))
+    expected = "cpu" if "DDP_DEVICE" in environment else "cuda"
+    assert distributed.device_for(0).type == expected
+
+
+def test_gpus_left_over_are_fine(machine):
+    chosen = machine(8, LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
+    assert distributed.device_for(1) == torch.device("cuda", 1)
+    assert chosen == [1]
