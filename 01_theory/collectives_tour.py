@@ -113,7 +113,7 @@ def send_recv(rank, world_size, device):
     t = mine(rank, device)
     before = t.clone()
     if rank == 0:
-        dist.send(t, dst=1)  # returns once rank 1 has the data
+        dist.send(t, dst=1)  # t can be reused once it returns (on nccl: once it is queued)
     elif rank == 1:
         dist.recv(t, src=0)  # blocks until the message from rank 0 arrives
     return before, t

@@ -64,7 +64,10 @@ def main() -> None:
         started = time.perf_counter()
         try:
             dist.all_reduce(value)
-        except RuntimeError as error:
+            # On the CPU, gloo's all_reduce returns with the sum. On a GPU, nccl's returns
+            # once the work is queued on the GPU: .item() waits for the sum itself.
+            total = value.item()
+        except RuntimeError as error:  # gloo; on a GPU, nccl's watchdog ends the process
             waited = time.perf_counter() - started
             reason = str(error).strip().splitlines()[0]
             log(
@@ -73,10 +76,7 @@ def main() -> None:
             )
             sys.exit(1)  # no destroy_process_group: a peer is gone, it could block too
         waited = time.perf_counter() - started
-        log(
-            f"all_reduce {number} = {value.item():g} (expected {world_size}) "
-            f"after waiting {waited:.1f} s"
-        )
+        log(f"all_reduce {number} = {total:g} (expected {world_size}) after waiting {waited:.1f} s")
     dist.destroy_process_group()
 
 

@@ -122,7 +122,7 @@ class Trainer:
         self.optimizer.zero_grad()
         output = self.model(source)
         loss = F.mse_loss(output, targets)
-        loss.backward()  # returns once the gradients are averaged over the ranks
+        loss.backward()  # DDP averages the gradients over the ranks as they are computed
         self.optimizer.step()
         return loss.item()
 
