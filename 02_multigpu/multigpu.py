@@ -80,26 +80,27 @@ class Trainer:
         # every backward pass. device_ids names the one device this replica lives on.
         self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
 
-    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> float:
+    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad()
         output = self.model(source)
         loss = F.mse_loss(output, targets)
         loss.backward()  # DDP averages the gradients over the ranks as they are computed
         self.optimizer.step()
-        return loss.item()
+        return loss.detach()  # not .item(): on a GPU that would wait for every step
 
     def _run_epoch(self, epoch: int) -> None:
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
         self.train_data.sampler.set_epoch(epoch)
-        total_loss = 0.0
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         for source, targets in self.train_data:
-            source, targets = source.to(self.device), targets.to(self.device)
+            source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
+            targets = targets.to(self.device, non_blocking=True)
             total_loss += self._run_batch(source, targets)
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
         # Each rank saw its own shard; the epoch's loss is the average over all ranks.
-        summed = torch.tensor([total_loss / steps], device=self.device)
+        summed = torch.tensor([total_loss.item() / steps], device=self.device)
         dist.all_reduce(summed, op=dist.ReduceOp.SUM)
         epoch_loss = summed.item() / dist.get_world_size()
         log0(
@@ -133,11 +134,11 @@ def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
     return train_set, model, optimizer
 
 
-def prepare_dataloader(dataset: Dataset, batch_size: int) -> DataLoader:
+def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) -> DataLoader:
     # Each rank gets a different 1/world_size of every epoch's shuffled indices.
     sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)
     return DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, pin_memory=torch.cuda.is_available()
+        dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda"
     )
 
 
@@ -151,7 +152,7 @@ def main(
 ) -> None:
     device = ddp_setup(global_rank, world_size, port)
     dataset, model, optimizer = load_train_objs()
-    train_data = prepare_dataloader(dataset, batch_size)
+    train_data = prepare_dataloader(dataset, batch_size, device)
     trainer = Trainer(model, train_data, optimizer, device, save_every)
     trainer.train(total_epochs)
     dist.destroy_process_group()

@@ -45,25 +45,26 @@ class Trainer:
         self.optimizer = optimizer
         self.save_every = save_every
 
-    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> float:
+    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad()
         output = self.model(source)
         loss = F.mse_loss(output, targets)
         loss.backward()
         self.optimizer.step()
-        return loss.item()
+        return loss.detach()  # not .item(): on a GPU that would wait for every step
 
     def _run_epoch(self, epoch: int) -> None:
         # The order of epoch e depends on e alone, so every run (and every restart)
         # sees the same batches: what DistributedSampler.set_epoch does in multigpu.py.
         self.train_data.sampler.generator.manual_seed(SHUFFLE_SEED + epoch)
-        total_loss = 0.0
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         for source, targets in self.train_data:
-            source, targets = source.to(self.device), targets.to(self.device)
+            source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
+            targets = targets.to(self.device, non_blocking=True)
             total_loss += self._run_batch(source, targets)
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
-        epoch_loss = total_loss / steps
+        epoch_loss = total_loss.item() / steps
         log(f"epoch {epoch} | batch size {batch_size} | steps {steps} | loss {epoch_loss:.6f}")
 
     def _save_checkpoint(self, epoch: int) -> None:
@@ -86,19 +87,19 @@ def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
     return train_set, model, optimizer
 
 
-def prepare_dataloader(dataset: Dataset, batch_size: int) -> DataLoader:
+def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) -> DataLoader:
     # The sampler owns its generator: a generator given to the DataLoader would
     # also be drawn from for worker seeds, shifting the shuffle.
     sampler = RandomSampler(dataset, generator=torch.Generator())
     return DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, pin_memory=torch.cuda.is_available()
+        dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda"
     )
 
 
 def main(total_epochs: int, save_every: int, batch_size: int) -> None:
     device = device_for(local_rank=0)
     dataset, model, optimizer = load_train_objs()
-    train_data = prepare_dataloader(dataset, batch_size)
+    train_data = prepare_dataloader(dataset, batch_size, device)
     trainer = Trainer(model, train_data, optimizer, device, save_every)
     trainer.train(total_epochs)
 

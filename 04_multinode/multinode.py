@@ -118,13 +118,13 @@ class Trainer:
             f"{self.epochs_run} epochs done, continuing at epoch {self.epochs_run}"
         )
 
-    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> float:
+    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad()
         output = self.model(source)
         loss = F.mse_loss(output, targets)
         loss.backward()  # DDP averages the gradients over the ranks as they are computed
         self.optimizer.step()
-        return loss.item()
+        return loss.detach()  # not .item(): on a GPU that would wait for every step
 
     def _crash_if_planned(self, epoch: int, step: int) -> None:
         # main() clears crash_at after a restart, so the restarted group gets past here.
@@ -137,15 +137,16 @@ class Trainer:
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
         self.train_data.sampler.set_epoch(epoch)
-        total_loss = 0.0
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         for step, (source, targets) in enumerate(self.train_data):
             self._crash_if_planned(epoch, step)
-            source, targets = source.to(self.device), targets.to(self.device)
+            source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
+            targets = targets.to(self.device, non_blocking=True)
             total_loss += self._run_batch(source, targets)
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
         # Each rank saw its own shard; the epoch's loss is the average over all ranks.
-        summed = torch.tensor([total_loss / steps], device=self.device)
+        summed = torch.tensor([total_loss.item() / steps], device=self.device)
         dist.all_reduce(summed, op=dist.ReduceOp.SUM)
         world_size = dist.get_world_size()
         epoch_loss = summed.item() / world_size
@@ -193,11 +194,11 @@ def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
     return train_set, model, optimizer
 
 
-def prepare_dataloader(dataset: Dataset, batch_size: int) -> DataLoader:
+def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) -> DataLoader:
     # Each rank gets a different 1/world_size of every epoch's shuffled indices.
     sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)
     return DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, pin_memory=torch.cuda.is_available()
+        dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda"
     )
 
 
@@ -213,7 +214,7 @@ def main(
 ) -> None:
     device = ddp_setup()
     dataset, model, optimizer = load_train_objs()
-    train_data = prepare_dataloader(dataset, batch_size)
+    train_data = prepare_dataloader(dataset, batch_size, device)
     check_crash_plan(crash_at, total_epochs, len(train_data))
     if crash_at is not None and restarts_of_the_job(device) > 0:
         crash_at = None  # the failure is injected once per job, not once per attempt
