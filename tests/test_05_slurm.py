@@ -78,7 +78,8 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     )
 
     assert re.search(
-        r"job \d+: 2 node\(s\) x 2 process\(es\), rendezvous at node1 \(127\.0\.0\.1\):\d+",
+        r"job \d+: 2 node\(s\) x 2 process\(es\) \(CPUs, gloo\), "
+        r"rendezvous at node1 \(127\.0\.0\.1\):\d+",
         output,
     ), output
     # Two agents, one per node, each starting two workers: ranks 0-1 and 2-3 of four,

@@ -6,6 +6,12 @@
 #   sbatch --nodes=4 slurm/sbatch_run.sh trainer.max_epochs=10 model.n_layer=8
 #   NPROC_PER_NODE=8 sbatch slurm/sbatch_run.sh       # processes per node (default:
 #                                                     # the node's GPUs, else 2)
+#   sbatch --gpus-per-node=0 slurm/sbatch_run.sh      # a CPU-only cluster (or delete
+#                                                     # the --gpus-per-node line)
+#
+# It asks for 4 GPUs per node (one process each) and 2 CPU cores per node: give the
+# workers more cores on a real cluster, for data loading (--cpus-per-task), and add
+# your account and partition.
 #
 # Arguments after the script name go to main.py. Snapshots and metrics are written to
 # the folder you submit from: it must be on a filesystem that every node sees, since
@@ -15,6 +21,8 @@
 #SBATCH --job-name=mingpt-ddp
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=4
+#SBATCH --cpus-per-task=2
 #SBATCH --time=00:30:00
 #SBATCH --output=%x-%j.out
 
@@ -35,6 +43,20 @@ else
 fi
 
 python=${PYTHON:-python3}
+# GPUs asked for (a count, or type:count): every worker must then find them. Stop in
+# one line if PyTorch sees none, and say where training runs before anything starts.
+gpus_per_node=${SLURM_GPUS_PER_NODE:-0}
+gpus_per_node=${gpus_per_node##*:}
+if ((gpus_per_node > 0)); then
+    if ! "$python" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
+        echo "sbatch_run.sh: the job asked for $gpus_per_node GPU(s) per node, but PyTorch sees none on $(hostname); on a CPU-only cluster submit with: sbatch --gpus-per-node=0 slurm/sbatch_run.sh $*" >&2
+        exit 2
+    fi
+    export DDP_DEVICE=cuda # on every node: a worker without a GPU stops in one line
+    where="$gpus_per_node GPU(s) per node, nccl"
+else
+    where="CPUs, gloo"
+fi
 nproc_per_node=${NPROC_PER_NODE:-${SLURM_GPUS_ON_NODE:-2}}
 max_restarts=${MAX_RESTARTS:-1}
 # The head node is the first of the job's nodes (node[1-2] -> node1). The rendezvous
@@ -54,7 +76,7 @@ port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(
 # (srun passes this to the torchrun of every node.)
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
-echo "job $SLURM_JOB_ID: $SLURM_NNODES node(s) x $nproc_per_node process(es), rendezvous at $head_node ($head_node_addr):$port"
+echo "job $SLURM_JOB_ID: $SLURM_NNODES node(s) x $nproc_per_node process(es) ($where), rendezvous at $head_node ($head_node_addr):$port"
 srun --ntasks-per-node=1 "${TORCHRUN:-torchrun}" \
     --nnodes="$SLURM_NNODES" \
     --nproc_per_node="$nproc_per_node" \

@@ -267,8 +267,17 @@ def run_sbatch(
 ) -> str:
     """Start a local cluster, submit `script` from `cwd` (SLURM_SUBMIT_DIR), run it in
     `workdir` (default: `cwd`), show its output, and return it. Variables in `export`
-    reach the job's environment. Raises CommandFailed when the job fails."""
+    reach the job's environment. Raises CommandFailed when the job fails.
+
+    The lessons' scripts ask for GPUs (`#SBATCH --gpus-per-node=4`); this cluster has
+    none, so the job is submitted as on a CPU-only cluster: `--gpus-per-node=0`."""
     with LocalCluster(nodes=nodes, cpus_per_node=cpus_per_node) as cluster:
         return cluster.run_job(
-            script, *args, cwd=cwd, workdir=workdir, export=export, timeout=timeout
+            script,
+            *args,
+            cwd=cwd,
+            workdir=workdir,
+            export=export,
+            timeout=timeout,
+            options=["--gpus-per-node=0"],
         )

@@ -148,10 +148,11 @@ class SlurmClient:
         workdir: str | os.PathLike | None = None,
         export: dict[str, str] | None = None,
         timeout: float = 180,
+        options: list[str] | None = None,
     ) -> str:
         """Submit `script` from `cwd`, run it in `workdir`, show its output and return
-        it: see `slurm.run_sbatch`."""
-        options = []
+        it: see `slurm.run_sbatch`. `options` go to sbatch first."""
+        options = list(options or [])
         if workdir is not None:  # without it, the job runs in the folder sbatch ran in
             options.append(f"--chdir={_inside(workdir, cwd)}")
         if export:
