@@ -60,8 +60,8 @@ def check_gpus_go_round(local_rank: int) -> None:
     is impossible: more processes than GPUs ("invalid device ordinal" otherwise, on
     the processes left without one), or several torchrun agents on this machine
     playing several nodes, whose local ranks 0 would all take GPU 0 (nccl: "Duplicate
-    GPU detected"). torchrun sets LOCAL_WORLD_SIZE; under mp.spawn the local rank is
-    all there is to go by."""
+    GPU detected"). torchrun sets LOCAL_WORLD_SIZE and GROUP_WORLD_SIZE (its agents);
+    under mp.spawn the local rank is all there is to go by."""
     gpus = torch.cuda.device_count()
     on_this_machine = int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1))
     if on_this_machine > gpus:
@@ -70,7 +70,7 @@ def check_gpus_go_round(local_rank: int) -> None:
             f"process needs a GPU of its own: start at most {gpus} "
             f"(--nproc_per_node={gpus}), or run on the CPU with DDP_DEVICE=cpu"
         )
-    agents = int(os.environ.get("WORLD_SIZE", 1)) // max(on_this_machine, 1)
+    agents = int(os.environ.get("GROUP_WORLD_SIZE", 1))  # torchrun's agents (nodes) in the job
     if agents > 1 and world_on_this_machine() and "CUDA_VISIBLE_DEVICES" not in os.environ:
         sys.exit(
             f"{agents} torchrun agents on this machine play {agents} nodes, and each would "

@@ -23,8 +23,8 @@ def machine(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
         monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-        names = ("DDP_DEVICE", "CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "WORLD_SIZE")
-        for name in names + ("MASTER_ADDR",):
+        names = ("DDP_DEVICE", "CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE")
+        for name in names + ("WORLD_SIZE", "MASTER_ADDR"):
             monkeypatch.delenv(name, raising=False)
         for name, value in environment.items():
             monkeypatch.setenv(name, value)
@@ -34,7 +34,9 @@ def machine(monkeypatch):
 
 
 def test_each_process_takes_the_gpu_of_its_local_rank(machine):
-    chosen = machine(4, LOCAL_WORLD_SIZE="4", WORLD_SIZE="8", MASTER_ADDR="node1")
+    chosen = machine(
+        4, LOCAL_WORLD_SIZE="4", WORLD_SIZE="8", GROUP_WORLD_SIZE="2", MASTER_ADDR="node1"
+    )
     assert [distributed.device_for(rank) for rank in range(4)] == [
         torch.device("cuda", rank) for rank in range(4)
     ]
@@ -62,8 +64,15 @@ def test_under_mp_spawn_the_local_rank_is_what_counts(machine):
     assert chosen == [0]
 
 
-def test_two_agents_on_one_machine_without_gpus_of_their_own_stop(machine):
-    chosen = machine(2, LOCAL_WORLD_SIZE="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
+@pytest.mark.parametrize("local_world_size", ["2", "1"])  # node 0 and node 1 of 2 + 1
+def test_two_agents_on_one_machine_without_gpus_of_their_own_stop(machine, local_world_size):
+    chosen = machine(
+        4,
+        LOCAL_WORLD_SIZE=local_world_size,
+        WORLD_SIZE="3",
+        GROUP_WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+    )
     with pytest.raises(SystemExit) as stopped:
         distributed.device_for(0)
     assert str(stopped.value) == (
@@ -83,7 +92,8 @@ def test_two_agents_on_one_machine_without_gpus_of_their_own_stop(machine):
     ],
 )
 def test_two_agents_are_fine_with_gpus_of_their_own_or_on_two_machines(machine, environment):
-    setting = {"LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    setting = {"LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2"}
+    setting["MASTER_ADDR"] = "127.0.0.1"
     machine(2, **(setting | environment))
     expected = "cpu" if "DDP_DEVICE" in environment else "cuda"
     assert distributed.device_for(0).type == expected
