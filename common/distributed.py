@@ -35,8 +35,9 @@ def device_type() -> str:
 
 def backend_for(device: str) -> str:
     """nccl moves CUDA tensors between GPUs; gloo moves CPU tensors (and runs anywhere).
-    Stands for: `"nccl" if device == "cuda" else "gloo"`."""
-    return "nccl" if device == "cuda" else "gloo"
+    PyTorch keeps that table itself: `dist.get_default_backend_for_device` ("cuda" ->
+    "nccl", "cpu" -> "gloo")."""
+    return dist.get_default_backend_for_device(device)
 
 
 def device_for(local_rank: int) -> torch.device:
