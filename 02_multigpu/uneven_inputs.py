@@ -20,6 +20,9 @@ Launch it (from any folder, with the path to this file):
 
     torchrun --standalone --nproc_per_node=2 uneven_inputs.py --timeout 3   # hangs, then fails
     torchrun --standalone --nproc_per_node=2 uneven_inputs.py --join        # finishes
+
+Without `--join` it runs on the CPU only (gloo detects the mismatch and times out; nccl
+would not): on a GPU machine, prefix the first command with DDP_DEVICE=cpu.
 """
 
 import hashlib
@@ -58,6 +61,14 @@ def main() -> None:
         parser.error("--batches must be >= 1 and --timeout > 0")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
+    if not args.join and device.type == "cuda":
+        # nccl matches collectives by their order alone: rank 0's barrier would be paired
+        # with rank 1's gradient all-reduce of another size. That is undefined behaviour
+        # (a hang, garbage, or a crash), not the clean timeout gloo gives.
+        parser.error(
+            "without --join this demo pairs a barrier with a gradient all-reduce, which "
+            "nccl cannot detect (undefined behaviour); run it on the CPU with DDP_DEVICE=cpu"
+        )
     dist.init_process_group(
         backend=backend_for(device.type), timeout=timedelta(seconds=args.timeout)
     )
