@@ -17,10 +17,13 @@ Three facts it shows, read from PyTorch at run time:
 
 This script watches it happen. A gradient hook on every parameter records when its
 gradient is ready; a DDP *communication hook* (`register_comm_hook`) records when each
-bucket's all-reduce is launched and when it completes (it then does what DDP does by
-default: divide by the world size and all-reduce). It does so for plain `DDP(model)`
-("default") and several values of `bucket_cap_mb`, and prints how many buckets each
-gives; `--out FILE` writes the events, for the timeline drawn in the notebook.
+bucket's all-reduce is launched and when it completes, and otherwise does what DDP does
+by default (divide by the world size and all-reduce). "Completes" is gloo's meaning:
+its futures complete with the collective. nccl's complete once the work is queued on
+the GPU, so on a GPU this timeline would show queueing, not communication. It does so
+for plain `DDP(model)` ("default") and several values of `bucket_cap_mb`, and prints how
+many buckets each gives; `--out FILE` writes the events, for the timeline drawn in the
+notebook.
 
 Launch it (from any folder, with the path to this file):
 
@@ -80,6 +83,9 @@ def watch_one_backward(model, cap_mb, device, batch, iterations):
         future = dist.all_reduce(buffer, async_op=True).get_future()
 
         def finished(done):
+            # The moment the all-reduce completed on gloo (its future completes then). On
+            # a GPU, nccl's future completes once the work is queued on the GPU's stream,
+            # so this would time the queueing: that timeline needs CUDA events instead.
             event["done"] = time.perf_counter()
             return done.value()[0]
 
