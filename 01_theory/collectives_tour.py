@@ -120,13 +120,19 @@ def send_recv(rank, world_size, device):
 
 
 def isend_irecv(rank, world_size, device):
-    # Every rank passes its tensor to the right at the same time: the ring's step.
+    # Every rank passes its tensor to the right at the same time: the ring's step. One
+    # batch: nccl runs a rank's ungrouped messages one after another, so an irecv posted
+    # alone before the isend would wait for a left neighbour that is itself waiting.
     t = mine(rank, device)
     incoming = torch.zeros_like(t)
-    receive = dist.irecv(incoming, src=(rank - 1) % world_size)
-    send = dist.isend(t, dst=(rank + 1) % world_size)
-    receive.wait()
-    send.wait()  # t may be reused only once its send is complete
+    requests = dist.batch_isend_irecv(
+        [
+            dist.P2POp(dist.irecv, incoming, (rank - 1) % world_size),
+            dist.P2POp(dist.isend, t, (rank + 1) % world_size),
+        ]
+    )
+    for request in requests:
+        request.wait()  # t may be reused only once its send is complete
     return t, incoming
 
 
@@ -182,7 +188,7 @@ TOUR = {
         lambda r, n: [1, 10] if r in (0, 1) else [r + 1, 10 * (r + 1)],
     ),
     "isend_irecv": (
-        "isend to the right, irecv from the left, then wait(): all ranks at once",
+        "isend to the right, irecv from the left, one batch, then wait(): all ranks at once",
         isend_irecv,
         lambda r, n: [(r - 1) % n + 1, 10 * ((r - 1) % n + 1)],
     ),

@@ -22,12 +22,9 @@ tensors each way instead.
 
 What makes it fast (measured in 01_theory, with the slow version kept below for the
 comparison):
-- receives are posted before sends, so the link to the right and the link from
-  the left carry data *at the same time*; in fact every receive of a phase is posted
-  up front, each into a place of its own, so data lands as soon as the neighbour
-  sends it, whether or not this process has the CPU at that moment;
-- a step waits only for its receive: sends are waited for at the end of the phase,
-  before anything writes to the chunks they read from;
+- each step sends and receives together, as one batch (`dist.batch_isend_irecv`): the
+  link to the right and the link from the left carry data *at the same time*, on gloo
+  and on nccl alike (`_exchange` says why a batch);
 - nothing is allocated per call: chunks are views of the caller's tensor, the sum is
   added in place into it, and the receive buffer is kept between calls. A big
   fresh buffer comes straight from the operating system (glibc maps every buffer
@@ -63,19 +60,23 @@ def _receive_buffer(numel: int, like: torch.Tensor) -> torch.Tensor:
     return buffer[:numel]
 
 
-def _receive(into: torch.Tensor, source: int, tag: int):
-    """Post a receive and return its request (None for an empty chunk: nothing comes)."""
-    return dist.irecv(into, src=source, tag=tag) if into.numel() else None
+def _exchange(outgoing: torch.Tensor, incoming: torch.Tensor, right: int, left: int) -> None:
+    """Send `outgoing` to the right neighbour and receive `incoming` from the left one, as
+    one batch (`dist.batch_isend_irecv`), and wait for both. An empty chunk is neither
+    sent nor received: nothing of it travels.
 
-
-def _send(data: torch.Tensor, destination: int, tag: int):
-    return dist.isend(data, dst=destination, tag=tag) if data.numel() else None
-
-
-def _wait(*requests) -> None:
-    for request in requests:
-        if request is not None:
-            request.wait()
+    One batch per step, not every receive posted up front: nccl matches point-to-point
+    messages by their order between two ranks, not by tag, and runs ungrouped ones one
+    after another on one stream. With 2 ranks, left == right: rank 0's stream would hold
+    [receive][send] and so would rank 1's, each receive waiting for a send queued behind
+    the other's. In a batch, nccl starts both together (ncclGroupStart/End)."""
+    operations = []
+    if incoming.numel():
+        operations.append(dist.P2POp(dist.irecv, incoming, left))
+    if outgoing.numel():
+        operations.append(dist.P2POp(dist.isend, outgoing, right))
+    for request in dist.batch_isend_irecv(operations) if operations else []:
+        request.wait()
 
 
 def ring_all_reduce(tensor: torch.Tensor) -> int:
@@ -87,7 +88,6 @@ def ring_all_reduce(tensor: torch.Tensor) -> int:
     # A non-contiguous tensor has no flat view: work on a contiguous copy.
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)
     bounds = chunk_bounds(flat.numel(), world_size)
-    largest = bounds[1] - bounds[0]
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
 
     def chunk(index: int) -> torch.Tensor:
@@ -95,35 +95,20 @@ def ring_all_reduce(tensor: torch.Tensor) -> int:
         return flat[bounds[index] : bounds[index + 1]]
 
     bytes_sent = 0
-    # Reduce-scatter. Post every receive of the phase first, each into a slot of its
-    # own: a chunk lands the moment the left neighbour sends it, even while this
-    # process is still adding up the previous one or waiting for a CPU.
-    slots = _receive_buffer((world_size - 1) * largest, flat)
-    receives = []
-    for step in range(world_size - 1):
-        slot = slots[step * largest :][: chunk(rank - step - 1).numel()]
-        receives.append((_receive(slot, left, tag=step), slot))
-    sends = []
+    # Reduce-scatter: send one chunk while the left neighbour's arrives, then add it in.
     for step in range(world_size - 1):
         outgoing = chunk(rank - step)  # for step > 0: the chunk summed one step ago
-        sends.append(_send(outgoing, right, tag=step))
-        request, slot = receives[step]
-        _wait(request)  # not the send: nothing writes to its chunk in this phase
-        chunk(rank - step - 1).add_(slot)  # in place, into the caller's tensor
+        target = chunk(rank - step - 1)
+        arrived = _receive_buffer(target.numel(), flat)
+        _exchange(outgoing, arrived, right, left)
+        target.add_(arrived)  # in place, into the caller's tensor
         bytes_sent += outgoing.numel() * outgoing.element_size()
-    _wait(*sends)  # the all-gather writes over the chunks these sends read from
 
     # All-gather: the summed chunks land straight in their place in the output.
-    receives = [
-        _receive(chunk(rank - step), left, tag=world_size + step) for step in range(world_size - 1)
-    ]
-    sends = []
     for step in range(world_size - 1):
         outgoing = chunk(rank + 1 - step)  # for step > 0: the chunk received one step ago
-        sends.append(_send(outgoing, right, tag=world_size + step))
-        _wait(receives[step])
+        _exchange(outgoing, chunk(rank - step), right, left)
         bytes_sent += outgoing.numel() * outgoing.element_size()
-    _wait(*sends)
 
     if not tensor.is_contiguous():
         tensor.copy_(flat.view_as(tensor))

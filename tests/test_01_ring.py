@@ -32,13 +32,15 @@ def check_world(rank, world_size, port):
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
     )
     sent_bytes = []
-    real_isend = dist.isend
+    real_batch = dist.batch_isend_irecv
 
-    def counting_isend(tensor, *args, **kwargs):
-        sent_bytes.append(tensor.numel() * tensor.element_size())
-        return real_isend(tensor, *args, **kwargs)
+    def counting_batch(operations):
+        sent = [op.tensor for op in operations if op.op is dist.isend]
+        sent_bytes.extend(tensor.numel() * tensor.element_size() for tensor in sent)
+        return real_batch(operations)
 
-    dist.isend = counting_isend  # count what really goes out, not what the ring reports
+    # Count what really goes out, not what the ring reports.
+    dist.batch_isend_irecv = counting_batch
     try:
         seed = everyone_sent = everyone_should = 0
         for dtype in DTYPES:
@@ -88,7 +90,7 @@ def check_world(rank, world_size, port):
         torch.testing.assert_close(ours, library)
         assert ours.shape == (7, 5)
     finally:
-        dist.isend = real_isend
+        dist.batch_isend_irecv = real_batch
         dist.destroy_process_group()
 
 
