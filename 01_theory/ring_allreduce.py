@@ -17,10 +17,13 @@ Launch it (from any folder, with the path to this file):
 
 `--straightforward` also times the first, slow version of the ring
 (`common.ring.ring_all_reduce_straightforward`) and counts the page faults each version
-takes per call; `--out FILE` writes the results as JSON for plotting.
+takes per call; `--piece-size 0` times the ring sending whole chunks instead of 1 MB
+pieces; `--out FILE` writes the results as JSON for plotting. The machine's load
+average comes first: on a busy machine, run it again before trusting a ratio.
 """
 
 import json
+import os
 import resource
 import statistics
 import time
@@ -31,7 +34,7 @@ import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
 from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
-from common.ring import ring_all_reduce, ring_all_reduce_straightforward
+from common.ring import PIECE_BYTES, ring_all_reduce, ring_all_reduce_straightforward
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ring_allreduce.py"
 UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30}
@@ -125,13 +128,17 @@ def bus_factor(world_size: int) -> float:
     return 2 * (world_size - 1) / world_size
 
 
-def benchmark(sizes, repeats, straightforward, world_size, device) -> list[dict]:
-    contenders = {"all_reduce": dist.all_reduce, "ring": ring_all_reduce}
+def benchmark(sizes, repeats, straightforward, piece_bytes, world_size, device) -> list[dict]:
+    contenders = {
+        "all_reduce": dist.all_reduce,
+        "ring": lambda tensor: ring_all_reduce(tensor, piece_bytes),
+    }
     if straightforward:
         contenders["straightforward"] = ring_all_reduce_straightforward
     generator = torch.Generator().manual_seed(0)
+    pieces = f"pieces of {human(piece_bytes)}" if piece_bytes else "whole chunks"
     log0(
-        f"benchmark: world_size={world_size}, float32, median of {repeats}, "
+        f"benchmark: world_size={world_size}, float32, median of {repeats}, ring in {pieces}, "
         f"busbw = algbw x 2(N-1)/N = algbw x {bus_factor(world_size):.2f}"
     )
     header = (
@@ -150,9 +157,13 @@ def benchmark(sizes, repeats, straightforward, world_size, device) -> list[dict]
         faults = {name: [] for name in contenders}
         for all_reduce in contenders.values():
             all_reduce(work)  # warm-up: connections, buffers
-        for _ in range(repeats):  # alternate, so a busy moment slows every contender
-            for name, all_reduce in contenders.items():
-                seconds, page_faults_taken = timed(all_reduce, work, source)
+        names = list(contenders)
+        for repeat in range(repeats):
+            # Alternate, so a busy moment slows every contender, and rotate who goes
+            # first, so that none always runs right after the same other one.
+            shift = repeat % len(names)
+            for name in names[shift:] + names[:shift]:
+                seconds, page_faults_taken = timed(contenders[name], work, source)
                 times[name].append(seconds)
                 faults[name].append(page_faults_taken)
         row = {"bytes": size, "world_size": world_size}
@@ -185,10 +196,17 @@ def main():
     parser.add_argument("--repeats", type=int, default=9, help="timed calls per size (median)")
     parser.add_argument("--straightforward", action="store_true", help="also time the slow ring")
     parser.add_argument("--skip-check", action="store_true", help="benchmark only")
+    parser.add_argument(
+        "--piece-size",
+        default=human(PIECE_BYTES),
+        help=f"the ring sends each chunk in pieces this big on the CPU "
+        f"(default {human(PIECE_BYTES)}; 0 for whole chunks)",
+    )
     parser.add_argument("--out", type=Path, help="write the benchmark results here as JSON")
     args = parser.parse_args()
     try:
         smallest, largest = size_in_bytes(args.min_size), size_in_bytes(args.max_size)
+        piece_bytes = 0 if args.piece_size.strip() == "0" else size_in_bytes(args.piece_size)
     except ValueError as error:
         parser.error(str(error))
     if not 4 <= smallest <= largest:
@@ -198,7 +216,10 @@ def main():
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
 
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
     if not args.skip_check:
         check_against_library(world_size, global_rank, device)
         log0(f"the ring equals dist.all_reduce on {world_size} ranks: every size, every dtype")
@@ -207,7 +228,13 @@ def main():
     while size <= largest:  # powers of 4: 4KB, 16KB, 64KB, ...
         sizes.append(size)
         size *= 4
-    rows = benchmark(sizes, args.repeats, args.straightforward, world_size, device)
+    # The machine's load average first: a busy machine makes every figure below noisy.
+    one, five, fifteen = os.getloadavg()
+    log0(
+        f"load average {one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min) on "
+        f"{os.cpu_count()} CPUs, {world_size} processes"
+    )
+    rows = benchmark(sizes, args.repeats, args.straightforward, piece_bytes, world_size, device)
     if args.out and global_rank == 0:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(rows, indent=1))

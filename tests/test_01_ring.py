@@ -80,6 +80,27 @@ def check_world(rank, world_size, port):
         dist.all_reduce(total)
         assert total.item() == everyone_should
 
+        # Chunks in pieces (1 MB by default on the CPU, too big for the sizes above):
+        # the sum exact, every piece within the limit, each chunk in as many pieces as
+        # it has room for (some left empty, and not sent, when a chunk is short).
+        for numel, piece_bytes in ((4099, 64), (4099, 100), (1000, 8), (2 * world_size + 1, 8)):
+            seed += 1
+            mine = data(rank, numel, torch.int64, seed)
+            library = mine.clone()
+            dist.all_reduce(library)
+            ours = mine.clone()
+            sent_bytes.clear()
+            reported = ring_all_reduce(ours, piece_bytes=piece_bytes)
+            torch.testing.assert_close(ours, library, rtol=0, atol=0)
+            assert max(sent_bytes) <= piece_bytes
+            bounds = chunk_bounds(numel, world_size)
+            sizes = [bounds[c + 1] - bounds[c] for c in range(world_size)]
+            pieces = -(-sizes[0] // (piece_bytes // 8))  # the largest chunk's, on every rank
+            sent_chunks = [c for c in range(world_size) if c != (rank + 1) % world_size]
+            sent_chunks += [c for c in range(world_size) if c != (rank + 2) % world_size]
+            assert len(sent_bytes) == sum(min(pieces, sizes[c]) for c in sent_chunks)
+            assert sum(sent_bytes) == reported == sum(sizes[c] for c in sent_chunks) * 8
+
         # Shapes and layouts other than a flat contiguous tensor.
         matrix = data(rank, 35, torch.float64, 999).reshape(5, 7)
         library = matrix.t().contiguous()

@@ -31,10 +31,12 @@ def test_ring_allreduce_script_checks_and_benchmarks_at_world_3(tmp_path):
     output = torchrun(
         "ring_allreduce.py",
         3,
-        f"--max-size 64KB --repeats 2 --straightforward --out {out}",
+        f"--max-size 64KB --repeats 2 --straightforward --piece-size 4KB --out {out}",
         tmp_path=tmp_path,
     )
     assert "the ring equals dist.all_reduce on 3 ranks: every size, every dtype" in output
+    assert re.search(r"load average [\d.]+ [\d.]+ [\d.]+ \(1, 5, 15 min\) on \d+ CPUs", output)
+    assert "ring in pieces of 4KB" in output  # 64KB: chunks of about 21KB go in 6 pieces
     # Sizes around the world size (N-1, N, N+1, 2N+1) and large ones, in 6 dtypes.
     checked = re.findall(r"check numel=(\d+) dtype=(\w+): ring == all_reduce", output)
     assert {int(numel) for numel, _ in checked} == {1, 2, 3, 4, 7, 1000, 100_003}

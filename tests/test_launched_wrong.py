@@ -58,6 +58,7 @@ WRONG_VALUES = [
     ("02_multigpu/uneven_inputs.py", ["--batches", "0"], "--batches must be >= 1"),
     ("02_multigpu/scaling.py", ["--epochs", "1"], "--epochs 1 is too small"),
     ("01_theory/ring_allreduce.py", ["--max-size", "3XB"], "is not a size such as 4KB"),
+    ("01_theory/ring_allreduce.py", ["--piece-size", "big"], "'big' is not a size such as"),
     ("01_theory/ddp_buckets.py", ["--caps", "0"], "is not a positive number of MB or 'default'"),
     ("00_intro/hello_torchrun.py", ["--epochs", "3"], "unrecognized arguments: --epochs 3"),
     ("03_fault_tolerance/multigpu_torchrun.py", ["4", "0"], "save_every: '0' is not a positive"),
