@@ -33,7 +33,12 @@ def main():
     backend = backend_for(device.type)
     # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment that
     # torchrun set, and blocks until all world_size processes have joined.
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(
+        backend=backend,
+        # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
+        # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
+        device_id=device if device.type == "cuda" else None,
+    )
 
     log(
         f"pid={os.getpid()} rank={global_rank} local_rank={local_rank} "

@@ -212,7 +212,10 @@ def main():
         sys.exit(f"the tour needs at least 2 processes, not {world_size}; launch it as: {LAUNCH}")
 
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
     log0(f"collectives tour on {world_size} ranks, backend {dist.get_backend()}")
     failures = []
     for name in args.only or list(TOUR):

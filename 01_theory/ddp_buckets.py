@@ -145,7 +145,10 @@ def main():
         parser.error("--layers, --width, --batch and --iterations must be at least 1")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
 
     layer_mb = (args.width * args.width + args.width) * 4 / 2**20
     log0(f"model: {args.layers} x Linear({args.width}, {args.width}), {layer_mb:.2f} MB per layer")

@@ -71,7 +71,10 @@ def main():
         parser.error("--epochs, --batch_size and --dataset_size must be positive")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
 
     # 1. Replicas that start different end equal after the constructor.
     model = regression_model(seed=100 + global_rank).to(device)  # a different seed per rank

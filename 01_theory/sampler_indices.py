@@ -89,7 +89,10 @@ def main():
         parser.error("--dataset_size must be at least 1 and --epochs at least 2")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
 
     size, epochs = args.dataset_size, args.epochs
     uneven = size + 1 if (size + 1) % world_size else size + 2  # one the world doesn't divide

@@ -39,7 +39,10 @@ def main() -> None:
     args = parser.parse_args()
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
 
     model = regression_model(seed=global_rank).to(device)
     log(f"before: weights checksum {checksum(model):+.6f}")

@@ -96,7 +96,10 @@ def main() -> None:
         parser.error("--steps and --accumulate must be at least 1")
     local_rank, _, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
 
     log0(f"{args.steps} steps x {args.accumulate} micro-batches, {world_size} ranks")
     results = {mode: train(mode, args.steps, args.accumulate, device) for mode in MODES}

@@ -87,7 +87,10 @@ def main() -> None:
         parser.error("--steps must be at least 1")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     first, second = stage_devices(local_rank)
-    dist.init_process_group(backend=backend_for(first.type))
+    dist.init_process_group(
+        backend=backend_for(first.type),
+        device_id=first if first.type == "cuda" else None,  # nccl: the GPU of stage 1
+    )
     log(f"stage 1 on {first}, stage 2 on {second}")
     model = TwoStageModel(first, second)
     reference = TwoStageModel(first, first)  # the same seed: rank 0's one-device baseline

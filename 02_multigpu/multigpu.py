@@ -57,6 +57,9 @@ def ddp_setup(global_rank: int, world_size: int, port: int) -> torch.device:
         init_method=f"tcp://127.0.0.1:{port}",
         rank=global_rank,
         world_size=world_size,
+        # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
+        # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
+        device_id=device if device.type == "cuda" else None,
     )
     return device
 

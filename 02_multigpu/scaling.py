@@ -54,7 +54,10 @@ def main() -> None:
     local_rank, _, world_size = torchrun_env(launch_hint=LAUNCH)
 
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
     dataset = SyntheticRegression(size=args.samples)
     sampler = DistributedSampler(dataset, shuffle=True, seed=0)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)

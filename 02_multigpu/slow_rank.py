@@ -51,7 +51,11 @@ def main() -> None:
     device = device_for(local_rank)
     # The timeout bounds how long any collective of this group may wait.
     timeout = timedelta(seconds=args.timeout)
-    dist.init_process_group(backend=backend_for(device.type), timeout=timeout)
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+        timeout=timeout,
+    )
     # Ranks leave init_process_group at different moments (a tenth of a second apart on
     # a busy machine): line them up, so that rank 1's delays are the only difference.
     dist.barrier()

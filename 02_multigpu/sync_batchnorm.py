@@ -131,7 +131,10 @@ def main() -> None:
         parser.error("--steps must be at least 1")
     local_rank, _, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
     baseline = train_one_process(args.steps, world_size)  # every rank computes it alike
 
     try:

@@ -70,7 +70,9 @@ def main() -> None:
             "nccl cannot detect (undefined behaviour); run it on the CPU with DDP_DEVICE=cpu"
         )
     dist.init_process_group(
-        backend=backend_for(device.type), timeout=timedelta(seconds=args.timeout)
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+        timeout=timedelta(seconds=args.timeout),
     )
 
     model = DDP(

@@ -85,7 +85,12 @@ def ddp_setup() -> torch.device:
     else:
         device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
     # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(
+        backend=backend,
+        # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
+        # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
+        device_id=device if device.type == "cuda" else None,
+    )
     # Counts the times torchrun restarted the group after a failure (0 on the first run).
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     log(

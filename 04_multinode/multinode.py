@@ -56,7 +56,10 @@ def ddp_setup() -> torch.device:
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
     # Counts the times this node's torchrun restarted the group after one of its own
     # workers failed (0 on the first run; other nodes may count differently).
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")

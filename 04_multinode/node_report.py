@@ -63,7 +63,9 @@ def main() -> None:
         f"GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '(unset)')}"
     )
     dist.init_process_group(
-        backend=backend_for(device.type), timeout=timedelta(seconds=args.timeout)
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+        timeout=timedelta(seconds=args.timeout),
     )
     # The first collective makes gloo connect every pair of processes.
     value = torch.tensor([float(global_rank)], device=device)

@@ -48,7 +48,10 @@ def main():
     args = parser.parse_args()
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
 
     # The vocabulary of main.py's model: the distinct characters of the default text
     # (how many depends on the Python version that ships it).

@@ -86,7 +86,10 @@ def main():
         crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)
 
     device = device_for(local_rank)
-    dist.init_process_group(backend=backend_for(device.type))
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
     for line in describe(config):
         log0(f"config {line}")
     log0(

@@ -22,15 +22,21 @@ TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER
 
 
 def device_type() -> str:
-    """'cuda' when a GPU is usable (or DDP_DEVICE says so), else 'cpu'."""
+    """'cuda' when a CUDA GPU is usable (or DDP_DEVICE says so), else 'cpu'.
+
+    `torch.accelerator` names the machine's accelerator, if any is usable: cuda, or
+    another kind (mps on a Mac, xpu...). The course runs on CUDA GPUs with nccl; with
+    any other accelerator, or none, it trains on the CPU with gloo."""
     wanted = os.environ.get("DDP_DEVICE", "").strip().lower()
     if wanted not in ("", "cpu", "cuda"):
         sys.exit(f"DDP_DEVICE={wanted!r} is not a device: use DDP_DEVICE=cpu or DDP_DEVICE=cuda")
-    if wanted == "cuda" and not torch.cuda.is_available():
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    on_cuda = accelerator is not None and accelerator.type == "cuda"
+    if wanted == "cuda" and not on_cuda:
         sys.exit("DDP_DEVICE=cuda but PyTorch sees no CUDA GPU: unset DDP_DEVICE to run on CPU")
     if wanted:
         return wanted
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if on_cuda else "cpu"
 
 
 def backend_for(device: str) -> str:
@@ -63,7 +69,7 @@ def check_gpus_go_round(local_rank: int) -> None:
     playing several nodes, whose local ranks 0 would all take GPU 0 (nccl: "Duplicate
     GPU detected"). torchrun sets LOCAL_WORLD_SIZE and GROUP_WORLD_SIZE (its agents);
     under mp.spawn the local rank is all there is to go by."""
-    gpus = torch.cuda.device_count()
+    gpus = torch.accelerator.device_count()  # the CUDA GPUs this process can see
     on_this_machine = int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1))
     if on_this_machine > gpus:
         sys.exit(

@@ -2,8 +2,9 @@
 process, before CUDA does (with "invalid device ordinal" on some processes, or nccl's
 "Duplicate GPU detected").
 
-No GPU here: each test fakes a machine with a number of GPUs (`torch.cuda`'s
-`is_available`, `device_count` and `set_device`), and torchrun's environment. What a
+No GPU here: each test fakes a machine with a number of GPUs (`torch.accelerator`'s
+`current_accelerator` and `device_count`, `torch.cuda.set_device`), and torchrun's
+environment. What a
 real GPU then does was not run here (README, "Running on GPUs").
 """
 
@@ -20,8 +21,9 @@ def machine(monkeypatch):
     chosen = []
 
     def fake(gpus: int, **environment: str) -> list[int]:
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+        cuda = torch.device("cuda") if gpus else None
+        monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **_: cuda)
+        monkeypatch.setattr(torch.accelerator, "device_count", lambda: gpus)
         monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
         names = ("DDP_DEVICE", "CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE")
         for name in names + ("WORLD_SIZE", "MASTER_ADDR"):
