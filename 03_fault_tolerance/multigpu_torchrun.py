@@ -59,6 +59,7 @@ from common.distributed import (
     world_on_this_machine,
 )
 from common.models import regression_model
+from common.random_state import RandomState, gather_random_states, restore_random_state
 from common.snapshot import SnapshotError, load, save_atomic
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5"
@@ -133,7 +134,10 @@ class Trainer:
         snapshot = load(snapshot_path, SNAPSHOT_KEYS, map_location=self.device)
         self.model.load_state_dict(snapshot["model"])
         self.optimizer.load_state_dict(snapshot["optimizer"])  # momentum buffers
-        torch.set_rng_state(snapshot["rng_state"].cpu())  # anything random goes on alike
+        # Each rank's own generators (CPU, and its GPU's), as it left them.
+        notice = restore_random_state(snapshot["rng_state"], self.device)
+        if notice:
+            log0(notice)
         self.epochs_run = snapshot["epochs_run"]
         log(
             f"resumed from {snapshot_path}: {self.epochs_run} epochs done, "
@@ -178,7 +182,7 @@ class Trainer:
             f"| steps {steps} | loss {epoch_loss:.6f}"
         )
 
-    def _save_snapshot(self, epoch: int) -> None:
+    def _save_snapshot(self, epoch: int, random_states: list[RandomState]) -> None:
         snapshot = {
             # model.module is the model DDP wraps: plain names ("weight"), loadable
             # without DDP and before the wrap.
@@ -186,8 +190,8 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             # The number of epochs *finished*, so a resume starts at the next one.
             "epochs_run": epoch + 1,
-            # Every rank drew the same random numbers so far: rank 0's state is theirs.
-            "rng_state": torch.get_rng_state(),
+            # Every rank's random generators, in rank order.
+            "rng_state": random_states,
         }
         # Temporary file, fsync, rename: a crash mid-write leaves the previous snapshot.
         save_atomic(snapshot, self.snapshot_path)
@@ -199,11 +203,14 @@ class Trainer:
             # After every save_every-th epoch, and after the last one, so the file
             # always ends up holding the trained model.
             if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
+                # The random generators are each rank's own: gather them. A collective,
+                # so every rank calls it, here, outside the branch below.
+                random_states = gather_random_states(self.device)
                 # Every replica holds the same weights, so one copy is enough. No
                 # collective (all_reduce, barrier, a DDP forward) may sit inside this
                 # branch: rank 0 would wait in it for ranks that never enter it.
                 if self.global_rank == 0:
-                    self._save_snapshot(epoch)
+                    self._save_snapshot(epoch, random_states)
         log0(f"training finished: {max_epochs} epochs")
 
 

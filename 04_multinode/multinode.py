@@ -41,6 +41,7 @@ from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 from common.models import regression_model
+from common.random_state import RandomState, gather_random_states, restore_random_state
 from common.snapshot import SnapshotError, save_atomic
 
 LAUNCH = (
@@ -114,7 +115,10 @@ class Trainer:
         snapshot = resume.state
         self.model.load_state_dict(snapshot["model"])
         self.optimizer.load_state_dict(snapshot["optimizer"])  # momentum buffers
-        torch.set_rng_state(snapshot["rng_state"])  # anything random goes on alike
+        # Each rank's own generators (CPU, and its GPU's), as it left them.
+        notice = restore_random_state(snapshot["rng_state"], self.device)
+        if notice:
+            log0(notice)
         self.epochs_run = snapshot["epochs_run"]
         log(
             f"resumed from rank {resume.rank}'s {self.snapshot_path} (node {resume.node}): "
@@ -158,7 +162,7 @@ class Trainer:
             f"| steps {steps} | loss {epoch_loss:.6f}"
         )
 
-    def _save_snapshot(self, epoch: int) -> None:
+    def _save_snapshot(self, epoch: int, random_states: list[RandomState]) -> None:
         snapshot = {
             # model.module is the model DDP wraps: plain names ("weight"), loadable
             # without DDP and before the wrap.
@@ -166,8 +170,8 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             # The number of epochs *finished*, so a resume starts at the next one.
             "epochs_run": epoch + 1,
-            # Every rank drew the same random numbers so far: rank 0's state is theirs.
-            "rng_state": torch.get_rng_state(),
+            # Every rank's random generators, in rank order.
+            "rng_state": random_states,
         }
         # A temporary file of this writer's own, fsync, rename: a crash mid-write leaves
         # the previous snapshot, and writers on other nodes never mix bytes with ours.
@@ -180,11 +184,14 @@ class Trainer:
             # After every save_every-th epoch, and after the last one, so the file
             # always ends up holding the trained model.
             if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
+                # The random generators are each rank's own: gather them. A collective,
+                # so every rank calls it, here, outside the branch below.
+                random_states = gather_random_states(self.device)
                 # Every replica holds the same weights, so one writer per node is
                 # enough. No collective (all_reduce, barrier, a DDP forward) may sit
                 # inside this branch: the savers would wait for ranks that never enter.
                 if self.saves_snapshot:
-                    self._save_snapshot(epoch)
+                    self._save_snapshot(epoch, random_states)
         log0(f"training finished: {max_epochs} epochs")
 
 

@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from common.distributed import log, log0
+from common.random_state import gather_random_states, restore_random_state
 from common.snapshot import SnapshotError, load, save_atomic
 
 SNAPSHOT_KEYS = ("model", "optimizer", "scaler", "epochs_run", "step", "rng", "chars")
@@ -218,17 +219,10 @@ class Trainer:
         )
 
     # -- snapshots ------------------------------------------------------------------
-    def _random_state(self) -> dict:
-        state = {"cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            state["cuda"] = torch.cuda.get_rng_state(self.device)
-        return state
-
     def _save_snapshot(self) -> None:
         # Every rank's random stream (dropout) is its own: gather them all. This is a
         # collective, so every rank calls it; only the writing is rank 0's alone.
-        rng = [None] * self.world_size
-        dist.all_gather_object(rng, self._random_state())
+        rng = gather_random_states(self.device)
         if self.global_rank != 0:
             return
         state = {
@@ -262,15 +256,9 @@ class Trainer:
             ) from None
         self.scaler.load_state_dict(state["scaler"])
         self.epochs_run, self.step = state["epochs_run"], state["step"]
-        if len(state["rng"]) == self.world_size:
-            torch.set_rng_state(state["rng"][self.global_rank]["cpu"].cpu())
-            if "cuda" in state["rng"][self.global_rank] and self.device.type == "cuda":
-                torch.cuda.set_rng_state(state["rng"][self.global_rank]["cuda"].cpu(), self.device)
-        else:
-            log0(
-                f"the snapshot holds {len(state['rng'])} ranks' random states and this world "
-                f"has {self.world_size} ranks: dropout will not replay exactly"
-            )
+        notice = restore_random_state(state["rng"], self.device)
+        if notice:
+            log0(notice)
         log(
             f"resuming from snapshot {self.snapshot_path}: {self.epochs_run} epochs, "
             f"{self.step} steps done"

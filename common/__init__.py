@@ -14,6 +14,8 @@ what several lessons reuse).
 - `source`: show code in a notebook, read from the script files at run time.
 - `processes`: find and kill every process a command started (for `launch`).
 - `snapshot`: atomic snapshot writes, one-line errors for bad files (03, 04, 05).
+- `random_state`: every rank's random generators, gathered for a snapshot and given
+  back to each rank on resume (03, 04, 05).
 - `ring`, `ring_sim`, `viz`: the ring all-reduce, real and simulated, and its
   figures (01_theory).
 

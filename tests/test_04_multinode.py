@@ -109,11 +109,18 @@ def test_a_node_without_a_snapshot_or_with_an_older_one_resumes_from_the_newest(
     assert [path.name for path in shared.iterdir()] == ["snapshot.pt"]
     assert snapshot(shared)["epochs_run"] == 8
     assert_same_weights(snapshot(shared), snapshot(a))
+    # Each rank's random generators are saved and given back to that rank on resume:
+    # the runs resumed at 4 and 6 end in the states of the run in one go.
+    resumed, in_one_go = snapshot(a)["rng_state"], snapshot(shared)["rng_state"]
+    assert len(resumed) == len(in_one_go) == 2
+    for mine, expected in zip(resumed, in_one_go, strict=True):
+        assert torch.equal(mine["cpu"], expected["cpu"])
 
 
 def test_an_unreadable_snapshot_on_one_node_stops_every_rank_with_one_line(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    state = {"model": {}, "optimizer": {}, "epochs_run": 4, "rng_state": torch.get_rng_state()}
+    random_states = [{"cpu": torch.get_rng_state()}] * 2  # one per rank
+    state = {"model": {}, "optimizer": {}, "epochs_run": 4, "rng_state": random_states}
     save_atomic(state, a / "snapshot.pt")
     good = (a / "snapshot.pt").read_bytes()
     b.mkdir()
@@ -150,7 +157,7 @@ def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_pat
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "epochs_run": 6,
-        "rng_state": torch.get_rng_state(),
+        "rng_state": [{"cpu": torch.get_rng_state()}] * 2,  # one per rank
     }
     save_atomic(state, b / "snapshot.pt")
     static = f"--master_addr=127.0.0.1 --master_port={free_port()}"
