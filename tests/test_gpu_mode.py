@@ -1,0 +1,164 @@
+"""GPU mode: the lesson scripts on the suite's device, with as many processes as it
+allows, asserting what the lessons claim (the ring equals all_reduce, each process on
+its own GPU, replicas that end equal, exact resume after a crash, a model that learns).
+
+Where PyTorch sees CUDA GPUs, these tests launch the scripts on them with nccl: one
+process per GPU, up to 4. Elsewhere they launch them on the CPU with gloo and 2
+processes, which is how they run on the machine this course is built on: there the
+logic of every assertion is tested, and the GPU run itself has never been made
+(README, "Running on GPUs"). COURSE_TEST_DEVICE=cpu or =cuda forces either; the rest
+of the suite stays on the CPU (conftest).
+
+GPU runs are bit for bit repeatable only with deterministic cuBLAS, so the launches
+set CUBLAS_WORKSPACE_CONFIG=:4096:8 (PyTorch's "Reproducibility" notes); nccl's sum
+is the same from run to run for the same GPUs and sizes.
+"""
+
+import math
+import os
+import re
+
+import pytest
+import torch
+import yaml
+from conftest import REPO, lesson_module
+
+from common.launch import run
+
+
+def suite_device() -> tuple[str, int]:
+    """(device, processes) for this module: CUDA with one process per GPU (at most 4)
+    where PyTorch sees GPUs, else the CPU with 2."""
+    forced = os.environ.get("COURSE_TEST_DEVICE", "")
+    if forced not in ("", "cpu", "cuda"):
+        pytest.fail(f"COURSE_TEST_DEVICE={forced!r}: use cpu or cuda")
+    device = forced or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        return "cpu", 2
+    if not torch.cuda.is_available():
+        pytest.fail("COURSE_TEST_DEVICE=cuda but PyTorch sees no CUDA GPU")
+    return "cuda", min(torch.cuda.device_count(), 4)
+
+
+DEVICE, PROCESSES = suite_device()
+BACKEND = {"cpu": "gloo", "cuda": "nccl"}[DEVICE]
+ENVIRONMENT = {"DDP_DEVICE": DEVICE, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+
+def launch(command: str, folder, timeout: int = 240, env: dict | None = None) -> str:
+    return run(command, cwd=folder, timeout=timeout, quiet=True, env={**ENVIRONMENT, **(env or {})})
+
+
+def torchrun(script: str, arguments: str, folder, **options) -> str:
+    return launch(
+        f"torchrun --standalone --nproc_per_node={PROCESSES} {REPO / script} {arguments}",
+        folder,
+        **options,
+    )
+
+
+def test_each_process_joins_on_its_own_device_and_sums(tmp_path):
+    output = torchrun("00_intro/hello_torchrun.py", "", tmp_path)
+    expected = sum(range(PROCESSES))
+    for rank in range(PROCESSES):
+        device = f"cuda:{rank}" if DEVICE == "cuda" else "cpu"  # one machine: local = global
+        assert f"local_rank={rank} world_size={PROCESSES} backend={BACKEND} device={device}" in (
+            output
+        )
+        assert f"[rank{rank}] all_reduce(SUM) of the ranks = {expected} (expected {expected})" in (
+            output
+        )
+
+
+def test_the_ring_equals_all_reduce_on_the_device(tmp_path):
+    output = torchrun(
+        "01_theory/ring_allreduce.py", "--max-size 16KB --repeats 1", tmp_path, timeout=300
+    )
+    assert f"the ring equals dist.all_reduce on {PROCESSES} ranks: every size, every dtype" in (
+        output
+    )
+
+
+def test_ddp_makes_the_replicas_equal_on_the_device(tmp_path):
+    output = torchrun("01_theory/ddp_replicas.py", "--epochs 1", tmp_path)
+    before = re.findall(r"before DDP\(model\): (.*)", output)
+    after = re.findall(r"after  DDP\(model\): (.*)", output)
+    assert len(before) == len(after) == PROCESSES
+    assert len(set(after)) == 1, "the replicas end equal"
+
+
+def test_the_spawned_script_trains_one_process_per_device(tmp_path):
+    output = launch(
+        f"python {REPO / '02_multigpu/multigpu.py'} 2 1 --world_size {PROCESSES}", tmp_path
+    )
+    losses = [float(loss) for loss in re.findall(r"\| loss ([\d.]+)", output)]
+    assert len(losses) == 2 and losses[1] < losses[0], output
+    weights = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert all(name.split(".")[0] != "module" for name in weights)  # model.module saved
+
+
+def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path):
+    script = "03_fault_tolerance/multigpu_torchrun.py"
+    fresh_store = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # see the 03 notebook
+    torchrun(script, "4 2 --snapshot_path clean.pt", tmp_path)
+    crash = f"--crash_rank {PROCESSES - 1} --crash_epoch 3 --crash_step 2"
+    output = launch(
+        f"torchrun --standalone --nproc_per_node={PROCESSES} --max-restarts=1 "
+        f"{REPO / script} 4 2 {crash} --snapshot_path restarted.pt",
+        tmp_path,
+        env=fresh_store,
+    )
+    assert "injected failure" in output and "restart=1" in output
+    clean, restarted = (
+        torch.load(tmp_path / name, weights_only=True) for name in ("clean.pt", "restarted.pt")
+    )
+    assert clean["epochs_run"] == restarted["epochs_run"] == 4
+    for name, tensor in clean["model"].items():
+        assert torch.equal(tensor, restarted["model"][name]), name
+    for mine, expected in zip(restarted["rng_state"], clean["rng_state"], strict=True):
+        assert mine.keys() == expected.keys() == ({"cpu", "cuda"} if DEVICE == "cuda" else {"cpu"})
+        assert all(torch.equal(mine[key], expected[key]) for key in mine)
+
+
+def test_the_gpt_learns_on_the_device(tmp_path):
+    text = tmp_path / "text.txt"  # the start of the default text: 42 steps per epoch
+    text.write_text(lesson_module("05_mingpt", "char_dataset").load_text(None)[0][:24_000])
+    settings = (
+        "model.n_layer=2 model.n_head=2 model.n_embd=32 data.block_size=32 "
+        "trainer.batch_size=8 trainer.max_epochs=2 trainer.sample_chars=20"
+    )
+    output = torchrun("05_mingpt/main.py", f"--data {text} {settings}", tmp_path, timeout=300)
+    vocabulary = int(re.search(r"characters, (\d+) distinct", output).group(1))
+    losses = [
+        float(loss)
+        for loss in re.findall(r"end of epoch \d/2: .* validation loss ([\d.]+)", output)
+    ]
+    assert len(losses) == 2, output
+    # Guessing every character alike scores ln(vocabulary); learning does better, and
+    # the second epoch better than the first.
+    assert losses[1] < losses[0] < math.log(vocabulary)
+
+
+def test_the_device_is_chosen_from_what_pytorch_sees(monkeypatch):
+    monkeypatch.setenv("COURSE_TEST_DEVICE", "cpu")
+    assert suite_device() == ("cpu", 2)
+    monkeypatch.setenv("COURSE_TEST_DEVICE", "tpu")
+    with pytest.raises(pytest.fail.Exception, match="COURSE_TEST_DEVICE='tpu': use cpu or cuda"):
+        suite_device()
+    monkeypatch.setenv("COURSE_TEST_DEVICE", "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert suite_device() == ("cuda", 4)  # one process per GPU, at most 4
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(pytest.fail.Exception, match="PyTorch sees no CUDA GPU"):
+        suite_device()
+
+
+def test_the_gpu_workflow_runs_this_module_on_cuda_by_hand_only():
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "gpu.yml").read_text())
+    assert set(workflow[True]) == {"workflow_dispatch"}  # YAML reads the key `on` as True
+    commands = [step.get("run", "") for step in workflow["jobs"]["gpu-mode"]["steps"]]
+    assert any(
+        command.startswith("COURSE_TEST_DEVICE=cuda ") and "tests/test_gpu_mode.py" in command
+        for command in commands
+    )
