@@ -17,7 +17,11 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
 - gives torchrun `OMP_NUM_THREADS=1` (it would set it anyway, with a warning), and
   when all its agents are on this machine (`--standalone`, or a rendezvous at
   127.0.0.1) the address 127.0.0.1 (`PET_LOCAL_ADDR`), so that a launch on one
-  machine never depends on the machine's name resolving.
+  machine never depends on the machine's name resolving;
+- on a machine with fewer CUDA GPUs than a launch starts processes
+  (`--nproc_per_node`, or a script's `--world_size`), runs that launch on the CPU
+  (`DDP_DEVICE=cpu`) and says so in a line: a notebook then runs on any GPU machine. A
+  DDP_DEVICE already set wins.
 
 For commands that run side by side (two torchrun agents playing two nodes, an agent
 that joins a running job), `start` launches a command in the background and returns a
@@ -73,6 +77,14 @@ def resolve(argv: list[str]) -> list[str]:
 
 
 LOOPBACK_ENDPOINT = re.compile(r"^(127\.0\.0\.1|localhost):\d+$")
+PROCESS_COUNT = re.compile(r"--(?:nproc_per_node|nproc-per-node|world_size)[= ](\d+)\b")
+
+
+def processes_per_machine(command: str) -> int | None:
+    """How many processes a launch starts on this machine: torchrun's
+    `--nproc_per_node`, or `--world_size` for a script that spawns its own (lesson 02)."""
+    found = PROCESS_COUNT.search(command)
+    return int(found[1]) if found else None
 
 
 def on_this_machine_only(torchrun_argv: list[str]) -> bool:
@@ -146,6 +158,18 @@ class Command:
         argv = resolve(shlex.split(command))
         child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         child_env.update(self._tree.environment())
+        processes = processes_per_machine(command)
+        if processes and "DDP_DEVICE" not in child_env:
+            from common.distributed import gpus_fall_short  # imports torch: only here
+
+            gpus = gpus_fall_short(processes)
+            if gpus is not None:
+                child_env["DDP_DEVICE"] = "cpu"
+                self._stream.add(
+                    f"{processes} processes but {gpus} GPU(s) on this machine, and each "
+                    "process needs a GPU of its own: this launch runs on the CPU "
+                    "(DDP_DEVICE=cpu)\n"
+                )
         if argv[1:3] == ["-m", "torch.distributed.run"]:
             # torchrun sets this to 1 for every worker anyway, with a four-line warning
             # each time; 00_intro explains the why once, so later lessons stay readable.
