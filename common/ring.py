@@ -27,10 +27,12 @@ comparison):
   and on nccl alike (`_start_exchange` says why a batch);
 - on the CPU, each chunk travels in pieces of `PIECE_BYTES`, all posted at once, and
   a piece that has arrived is added in while the next ones are still on the wire.
-  Measured on a 2-core machine at 64 MB with 2 processes (median of 15, two runs):
-  0.76-0.81x of `dist.all_reduce` in whole chunks, 0.90-0.94x in 1 MB pieces; with 4
-  processes sharing the 2 cores, no difference beyond the noise. nccl cuts its
-  messages into slices itself, so on a GPU each chunk goes whole;
+  Measured on a 2-core machine at 64 MB with 2 processes (median of 15): 0.76-0.81x
+  of `dist.all_reduce` in whole chunks (2 runs), 0.90-0.96x in 1 MB pieces (5 runs);
+  with 4 processes sharing the 2 cores, no difference beyond the noise. (Sending
+  piece k of a step as soon as piece k of the step before is in, a deeper pipeline,
+  measured no better.) nccl cuts its messages into slices itself, so on a GPU each
+  chunk goes whole;
 - nothing is allocated per call: chunks are views of the caller's tensor, the sum is
   added in place into it, and the receive buffer is kept between calls. A big
   fresh buffer comes straight from the operating system (glibc maps every buffer
