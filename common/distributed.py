@@ -30,13 +30,21 @@ def device_type() -> str:
     wanted = os.environ.get("DDP_DEVICE", "").strip().lower()
     if wanted not in ("", "cpu", "cuda"):
         sys.exit(f"DDP_DEVICE={wanted!r} is not a device: use DDP_DEVICE=cpu or DDP_DEVICE=cuda")
-    accelerator = torch.accelerator.current_accelerator(check_available=True)
-    on_cuda = accelerator is not None and accelerator.type == "cuda"
+    on_cuda = cuda_gpus() > 0
     if wanted == "cuda" and not on_cuda:
         sys.exit("DDP_DEVICE=cuda but PyTorch sees no CUDA GPU: unset DDP_DEVICE to run on CPU")
     if wanted:
         return wanted
     return "cuda" if on_cuda else "cpu"
+
+
+def cuda_gpus() -> int:
+    """How many CUDA GPUs this process can use: 0 without a usable accelerator, or with
+    another kind (`torch.accelerator` names it: mps on a Mac, xpu...)."""
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    if accelerator is None or accelerator.type != "cuda":
+        return 0
+    return torch.accelerator.device_count()
 
 
 def backend_for(device: str) -> str:
@@ -69,7 +77,7 @@ def check_gpus_go_round(local_rank: int) -> None:
     playing several nodes, whose local ranks 0 would all take GPU 0 (nccl: "Duplicate
     GPU detected"). torchrun sets LOCAL_WORLD_SIZE and GROUP_WORLD_SIZE (its agents);
     under mp.spawn the local rank is all there is to go by."""
-    gpus = torch.accelerator.device_count()  # the CUDA GPUs this process can see
+    gpus = cuda_gpus()
     on_this_machine = int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1))
     if on_this_machine > gpus:
         sys.exit(
@@ -91,11 +99,8 @@ def gpus_fall_short(processes_per_machine: int) -> int | None:
     """The number of CUDA GPUs PyTorch sees on this machine when there are some, but
     fewer than `processes_per_machine` (each process needs one of its own); else None.
     For `common.launch`, which then runs that launch on the CPU."""
-    accelerator = torch.accelerator.current_accelerator(check_available=True)
-    if accelerator is None or accelerator.type != "cuda":
-        return None
-    gpus = torch.accelerator.device_count()
-    return gpus if gpus < processes_per_machine else None
+    gpus = cuda_gpus()
+    return gpus if 0 < gpus < processes_per_machine else None
 
 
 def require_torchrun(launch_hint: str) -> None:

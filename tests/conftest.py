@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 from course.cluster import slurm
 
@@ -103,3 +104,10 @@ def slurm_installed():
     """Lesson 04's local Slurm cluster can start here (root, Slurm installed), or the
     test skips saying why (fails under COURSE_STRICT=1)."""
     skip_or_fail(slurm.why_unavailable())
+
+
+def fake_cuda_gpus(monkeypatch, count: int) -> None:
+    """Make PyTorch in this process report `count` usable CUDA GPUs (none here)."""
+    cuda = torch.device("cuda") if count else None
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **_: cuda)
+    monkeypatch.setattr(torch.accelerator, "device_count", lambda: count)

@@ -10,6 +10,7 @@ real GPU then does was not run here (README, "Running on GPUs").
 
 import pytest
 import torch
+from conftest import fake_cuda_gpus
 
 from common import distributed
 
@@ -21,9 +22,7 @@ def machine(monkeypatch):
     chosen = []
 
     def fake(gpus: int, **environment: str) -> list[int]:
-        cuda = torch.device("cuda") if gpus else None
-        monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **_: cuda)
-        monkeypatch.setattr(torch.accelerator, "device_count", lambda: gpus)
+        fake_cuda_gpus(monkeypatch, gpus)
         monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
         names = ("DDP_DEVICE", "CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE")
         for name in names + ("WORLD_SIZE", "MASTER_ADDR"):

@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from conftest import PYTHON, REPO, SCRIPTS, is_gone, pids_in
+from conftest import PYTHON, REPO, SCRIPTS, fake_cuda_gpus, is_gone, pids_in
 
 from common.launch import (
     CommandFailed,
@@ -220,9 +219,7 @@ def gpus(monkeypatch):
     """`gpus(n)`: fake a machine whose PyTorch sees n CUDA GPUs, with DDP_DEVICE unset."""
 
     def fake(count: int) -> None:
-        cuda = torch.device("cuda") if count else None
-        monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **_: cuda)
-        monkeypatch.setattr(torch.accelerator, "device_count", lambda: count)
+        fake_cuda_gpus(monkeypatch, count)
         monkeypatch.delenv("DDP_DEVICE", raising=False)
 
     return fake
