@@ -97,6 +97,19 @@ def test_the_spawned_script_trains_one_process_per_device(tmp_path):
     assert all(name.split(".")[0] != "module" for name in weights)  # model.module saved
 
 
+def test_communication_hooks_and_static_graph_hold_on_the_device(tmp_path):
+    hooks = torchrun("02_multigpu/ddp_options/comm_hooks.py", "--size-mb 16 --steps 12", tmp_path)
+    sent = dict(re.findall(r"traffic \| (\w+) +\| MB to all_reduce per step +([\d.]+)", hooks))
+    assert float(sent["fp16"]) == float(sent["bf16"]) == float(sent["plain"]) / 2 == 8, sent
+    assert float(sent["powersgd1"]) < float(sent["plain"]) / 50, sent
+    by_hand = re.search(r"by_hand +\| max \|w - w plain\| (\S+)", hooks)
+    assert by_hand and float(by_hand[1]) < 1e-6, hooks  # DDP's average, written out
+    static = torchrun("02_multigpu/ddp_options/static_graph.py", "", tmp_path)
+    spread = dict(re.findall(r"\(layer used 2x, (.*?)\): .* max \|rank - rank 0\| (\S+)", static))
+    assert float(spread["use_reentrant=True, no option"]) > 1e-3, static  # the silent drift
+    assert float(spread["use_reentrant=True, static_graph=True"]) == 0, static
+
+
 def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path):
     script = "03_fault_tolerance/multigpu_torchrun.py"
     fresh_store = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # see the 03 notebook

@@ -1,0 +1,148 @@
+"""Lesson 02, DDP's options: DDP and `torch.compile`.
+
+`torch.compile` turns a model's forward pass into graphs that a backend compiles;
+AOTAutograd then runs each graph's backward pass as a single autograd node. DDP
+launches a bucket's all-reduce once all its gradients are ready, so one graph for the
+whole model would give every gradient at once, at the very end of the backward pass:
+no communication would overlap computation any more. DDP's partner in the compiler,
+the *DDPOptimizer* (`torch._dynamo.config.optimize_ddp`), splits the graph at DDP's
+bucket boundaries instead, so that each piece's backward ends with its buckets ready.
+
+Four ways to train the same model for a few steps, with bucket_cap_mb=1 so that it
+has several buckets:
+
+- `eager`:                 `DDP(model)`, no compile: the reference;
+- `compile_then_wrap`:     `DDP(torch.compile(model))`, as nanoGPT does;
+- `compile_then_wrap, optimize_ddp=False`: the same without the DDPOptimizer;
+- `wrap_then_compile`:     `torch.compile(DDP(model))`.
+
+For each, the run prints how many graphs the backend compiled, how many all-reduces
+DDP launched per step, how many compiled backward pieces still ran after the first
+all-reduce had been launched (the overlap; 0 means none), and how far the weights are
+from `eager`'s. The backend is `aot_eager` by default (AOTAutograd without code
+generation: it needs no C++ compiler, and compiles in seconds); `--backend inductor`
+is the default of `torch.compile`, and on the CPU needs a C++ compiler.
+
+Launch it (from any folder, with the path to this file):
+
+    torchrun --standalone --nproc_per_node=2 ddp_compile.py
+    torchrun --standalone --nproc_per_node=2 ddp_compile.py --backend inductor
+"""
+
+import torch
+import torch._dynamo
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.cli import LessonArgumentParser
+from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.replicas import flat_parameters
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_compile.py [--backend inductor]"
+WIDTH, LAYERS, STEPS = 512, 6, 3  # a 512 x 512 layer: 1 MB of float32 gradients
+WAYS = ("eager", "compile_then_wrap", "compile_then_wrap, optimize_ddp=False", "wrap_then_compile")
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    layers = [m for _ in range(LAYERS) for m in (nn.Linear(WIDTH, WIDTH), nn.ReLU())]
+    return nn.Sequential(*layers, nn.Linear(WIDTH, 1))
+
+
+def compiled_backward_nodes(output: torch.Tensor) -> list:
+    """The autograd nodes of the compiled graphs' backward passes, found by walking
+    the autograd graph back from `output`."""
+    found, seen, todo = [], set(), [output.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if "CompiledFunction" in node.name():
+            found.append(node)
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
+def train(way: str, backend: str, device: torch.device) -> dict:
+    """Train STEPS steps the way `way`; return what the last step showed."""
+    graphs = []
+
+    def counting_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return torch._dynamo.lookup_backend(backend)(graph_module, example_inputs)
+
+    torch._dynamo.reset()  # forget the graphs of the previous way
+    torch._dynamo.config.optimize_ddp = "optimize_ddp=False" not in way
+    device_ids = [device.index] if device.type == "cuda" else None
+    if way == "eager":
+        model = ddp = DDP(make_model().to(device), device_ids=device_ids, bucket_cap_mb=1)
+    elif way.startswith("compile_then_wrap"):
+        compiled = torch.compile(make_model().to(device), backend=counting_backend)
+        model = ddp = DDP(compiled, device_ids=device_ids, bucket_cap_mb=1)
+    else:
+        ddp = DDP(make_model().to(device), device_ids=device_ids, bucket_cap_mb=1)
+        model = torch.compile(ddp, backend=counting_backend)
+
+    events = []
+
+    def recording_allreduce(state, bucket):
+        events.append("all-reduce")
+        return default_hooks.allreduce_hook(None, bucket)
+
+    ddp.register_comm_hook(None, recording_allreduce)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs = torch.randn(16, WIDTH, device=device)
+    for _ in range(STEPS):
+        events.clear()
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(inputs), torch.zeros(16, 1, device=device))
+        for node in compiled_backward_nodes(loss):
+            node.register_prehook(lambda *_: events.append("piece"))
+        loss.backward()
+        optimizer.step()
+    first = events.index("all-reduce")
+    return {
+        "graphs": len(graphs),
+        "all-reduces": events.count("all-reduce"),
+        "pieces": events.count("piece"),
+        "pieces_after_first_allreduce": events[first:].count("piece"),
+        "weights": flat_parameters(ddp.module),
+    }
+
+
+def main() -> None:
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("--backend", default="aot_eager", help="torch.compile backend")
+    args = parser.parse_args()
+    if args.backend not in ("aot_eager", "inductor"):
+        parser.error(f"--backend {args.backend} is not one this lesson runs: aot_eager or inductor")
+    local_rank, _, world_size = torchrun_env(launch_hint=LAUNCH)
+    device = device_for(local_rank)
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
+
+    log0(
+        f"torch {torch.__version__}, backend {args.backend}, "
+        f"optimize_ddp by default: {torch._dynamo.config.optimize_ddp}"
+    )
+    results = {way: train(way, args.backend, device) for way in WAYS}
+    for way, result in results.items():
+        difference = (result["weights"] - results["eager"]["weights"]).abs().max().item()
+        log0(
+            f"{way:<38} | graphs compiled {result['graphs']} | all-reduces per step "
+            f"{result['all-reduces']} | compiled backward pieces {result['pieces']}, "
+            f"{result['pieces_after_first_allreduce']} after the first all-reduce "
+            f"| max |w - w eager| {difference:.1e}"
+        )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+    end_process()  # not Python's teardown: see common.distributed.end_process

@@ -1,0 +1,109 @@
+"""Lesson 02, DDP's options: syncing buffers, shown on BatchNorm's running statistics.
+
+Buffers are a module's tensors that are not parameters: BatchNorm's running mean and
+variance, which it updates in every training forward pass and normalizes with in
+evaluation. DDP averages gradients, never buffers. It copies rank 0's buffers to
+every rank when it wraps the model and, with `forward_sync_buffers=True` (the
+default), again at the start of each forward pass that follows a training step; with
+`False` each rank keeps its own after the start. Its older name, `broadcast_buffers`,
+is deprecated since PyTorch 2.13 (and its `False` also skipped the copy at the start).
+
+Each rank's inputs are shifted by its rank (as in `sync_batchnorm.py`), so each rank's
+batches have their own mean. After a few training steps the run prints, for each
+setting:
+
+- rank 0's running mean, and the running mean of a BatchNorm that saw rank 0's
+  batches only, or every rank's batches (what one process on the global batch, or
+  `SyncBatchNorm` on GPUs, would track);
+- whether the ranks' models give the same outputs in evaluation mode.
+
+Launch it (from any folder, with the path to this file):
+
+    torchrun --standalone --nproc_per_node=2 sync_buffers.py
+"""
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.cli import LessonArgumentParser, positive_int
+from common.data import IN_FEATURES, SyntheticRegression
+from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.replicas import largest_difference_between_ranks
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 sync_buffers.py [--steps 5]"
+BATCH_SIZE, SHIFT = 16, 2.0
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.BatchNorm1d(IN_FEATURES), nn.Linear(IN_FEATURES, 1))
+
+
+def batch_of(rank: int, step: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank `rank`'s batch of step `step`, its inputs shifted by SHIFT x rank."""
+    data = SyntheticRegression(size=(step + 1) * world_size * BATCH_SIZE)
+    start = (step * world_size + rank) * BATCH_SIZE
+    rows = slice(start, start + BATCH_SIZE)
+    return data.inputs[rows] + SHIFT * rank, data.targets[rows]
+
+
+def running_mean_over(ranks: list[int], steps: int, world_size: int) -> torch.Tensor:
+    """The running mean a lone BatchNorm tracks over the batches of `ranks`, step by
+    step (several ranks: their batches concatenated, as one process would see them)."""
+    norm = nn.BatchNorm1d(IN_FEATURES)
+    for step in range(steps):
+        norm(torch.cat([batch_of(rank, step, world_size)[0] for rank in ranks]))
+    return norm.running_mean
+
+
+def main() -> None:
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("--steps", type=positive_int, default=5, help="training steps")
+    args = parser.parse_args()
+    local_rank, rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    device = device_for(local_rank)
+    dist.init_process_group(
+        backend=backend_for(device.type),
+        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+    )
+    rank_0s_only = running_mean_over([0], args.steps, world_size)
+    global_batch = running_mean_over(list(range(world_size)), args.steps, world_size)
+    test_inputs = SyntheticRegression(size=64, seed=1).inputs.to(device)
+
+    for forward_sync in (True, False):
+        model = DDP(
+            make_model().to(device),
+            device_ids=[device.index] if device.type == "cuda" else None,
+            forward_sync_buffers=forward_sync,
+        )
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        for step in range(args.steps):
+            inputs, targets = batch_of(rank, step, world_size)
+            optimizer.zero_grad()
+            F.mse_loss(model(inputs.to(device)), targets.to(device)).backward()
+            optimizer.step()
+        running_mean = model.module[0].running_mean.cpu()
+        after_training = largest_difference_between_ranks(running_mean)
+        model.eval()
+        with torch.no_grad():  # through DDP: with forward_sync_buffers, rank 0's buffers first
+            outputs = model(test_inputs)
+        log0(
+            f"forward_sync_buffers={forward_sync}: after training, running mean "
+            f"max |rank - rank 0| {after_training:.2f} "
+            f"| rank 0's: max |. - rank 0's batches only| "
+            f"{(running_mean - rank_0s_only).abs().max():.1e}, "
+            f"max |. - global batch| {(running_mean - global_batch).abs().max():.2f}"
+        )
+        log0(
+            f"forward_sync_buffers={forward_sync}: evaluation outputs "
+            f"max |rank - rank 0| {largest_difference_between_ranks(outputs):.2e}"
+        )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+    end_process()  # not Python's teardown: see common.distributed.end_process
