@@ -16,6 +16,7 @@ def test_lessons_are_found_in_course_order():
         "01_theory",
         "02_multigpu",
         "02_multigpu_topics",
+        "02_multigpu_wrapper_options",
         "03_fault_tolerance",
         "03_fault_tolerance_elastic",
         "04_multinode",

@@ -6,8 +6,9 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.data import SyntheticRegression
+from common.data import IN_FEATURES, SyntheticRegression
 from common.models import regression_model
+from common.traffic import counting_all_reduce
 from course.exercises import run_in_world
 
 WORLD_SIZE, STEPS, MICRO_BATCHES, MICRO_BATCH, LR = 2, 3, 4, 8, 0.05
@@ -75,4 +76,82 @@ def accumulate(path) -> str:
     return (
         f"{STEPS} steps of {MICRO_BATCHES} micro-batches on 2 ranks: {STEPS} all-reduces, and "
         "the weights of one process trained on the whole batches"
+    )
+
+
+def _hook_network() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(IN_FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
+    )
+
+
+def _whole_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    dataset = SyntheticRegression(size=STEPS * WORLD_SIZE * MICRO_BATCH)
+    rows = slice(step * WORLD_SIZE * MICRO_BATCH, (step + 1) * WORLD_SIZE * MICRO_BATCH)
+    return dataset.inputs[rows], dataset.targets[rows]
+
+
+def _train_with_hook(exercise):
+    """Runs in each process: train with the learner's hook; count what it sends."""
+    rank = dist.get_rank()
+    model = DDP(_hook_network())
+    not_attempted = []
+
+    def hook(state, bucket):
+        # DDP calls hooks from C++, which would turn NotImplementedError into a
+        # RuntimeError: catch it here, send the bucket the plain way, re-raise below.
+        try:
+            return exercise.fp16_average_hook(state, bucket)
+        except NotImplementedError as error:
+            not_attempted.append(error)
+            return default_hooks.allreduce_hook(None, bucket)
+
+    model.register_comm_hook(None, hook)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    counter = {}
+    for step in range(STEPS):
+        inputs, targets = _whole_batch(step)
+        mine = slice(rank * MICRO_BATCH, (rank + 1) * MICRO_BATCH)
+        optimizer.zero_grad()
+        with counting_all_reduce(counter):
+            F.mse_loss(model(inputs[mine]), targets[mine]).backward()
+        if not_attempted:
+            raise not_attempted[0]
+        optimizer.step()
+    gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return counter["bytes"], sorted(map(str, counter["dtypes"])), gradient_bytes, weights
+
+
+def fp16_hook(path) -> str:
+    results = run_in_world(path, (__file__, "_train_with_hook"), WORLD_SIZE)
+    reference = _hook_network()
+    optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        F.mse_loss(reference(_whole_batch(step)[0]), _whole_batch(step)[1]).backward()
+        optimizer.step()
+    expected = torch.cat([p.detach().flatten() for p in reference.parameters()])
+    for rank, (sent, dtypes, gradient_bytes, weights) in enumerate(results):
+        assert dtypes == ["torch.float16"], (
+            f"rank {rank}: your hook handed all_reduce tensors of {dtypes or 'no dtype'}; "
+            "expected float16 only (convert the bucket with .to(torch.float16), and send it "
+            "with torch.distributed.all_reduce)"
+        )
+        assert sent == STEPS * gradient_bytes // 2, (
+            f"rank {rank}: your hook sent {sent} bytes in {STEPS} steps; expected "
+            f"{STEPS * gradient_bytes // 2}, half of the {gradient_bytes} bytes of float32 "
+            "gradients per step"
+        )
+        error = (weights - expected).abs().max().item()
+        assert error < 1e-3, (
+            f"rank {rank}: the weights differ from one process trained on the whole "
+            f"batches by up to {error:.3g}, more than float16's rounding explains; is the "
+            "bucket divided by the world size, and the average copied back into it?"
+        )
+    return (
+        f"{STEPS} steps on 2 ranks: every gradient sent as float16, "
+        f"{results[0][0]} bytes (half of float32), and the weights of one process "
+        "on the whole batches to float16's precision"
     )
