@@ -2,7 +2,8 @@
 the traffic of ring vs reduce-then-broadcast, the all-reduce benchmark, and DDP's
 gradient buckets on a timeline.
 
-Introduced in 01_theory. Every figure is drawn from data: a `common.ring_sim.Record`,
+Introduced in 01_theory; the bucket timeline is also used by 02_multigpu's part 3
+(DDP with torch.compile). Every figure is drawn from data: a `common.ring_sim.Record`,
 benchmark rows, or the events a script recorded.
 """
 
@@ -194,23 +195,30 @@ def bandwidth_figure(rows_by_world_size: dict[int, list[dict]]):
 
 def bucket_timeline(events: list[dict], title: str):
     """DDP's backward pass on a time axis: a tick per gradient hook (parameter ready),
-    a bar per bucket from its all-reduce launch to its completion."""
+    a bar per bucket from its all-reduce launch to its completion; and, where the
+    events hold some ("piece", from 02_multigpu's torch.compile script), a tick where
+    each compiled graph's backward pass began."""
     start = min(event["time"] for event in events)
+    pieces = [event for event in events if event["kind"] == "piece"]
     hooks = [event for event in events if event["kind"] == "grad_ready"]
     buckets = sorted(
         (event for event in events if event["kind"] == "bucket_launch"), key=lambda e: e["index"]
     )
     backward_end = [event for event in events if event["kind"] == "backward_end"]
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * (len(buckets) + 1)))
-    for hook in hooks:
-        ms = (hook["time"] - start) * 1e3
-        ax.plot([ms, ms], [-0.3, 0.3], color="tab:gray", linewidth=1.2)
+    tick_rows = [("gradient ready", hooks)] + (
+        [("compiled backward begins", pieces)] if pieces else []
+    )
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * (len(buckets) + len(tick_rows))))
+    for row, (_, ticks) in enumerate(tick_rows):
+        for tick in ticks:
+            ms = (tick["time"] - start) * 1e3
+            ax.plot([ms, ms], [row - 0.3, row + 0.3], color="tab:gray", linewidth=1.2)
     palette = plt.get_cmap("tab10")
-    for row, bucket in enumerate(buckets, start=1):
+    for row, bucket in enumerate(buckets, start=len(tick_rows)):
         launch = (bucket["time"] - start) * 1e3
         done = (bucket["done"] - start) * 1e3
         ax.barh(row, max(done - launch, 0.05), left=launch, height=0.6, color=palette(row % 10))
-    labels = ["gradient ready"] + [
+    labels = [label for label, _ in tick_rows] + [
         f"bucket {b['index']} ({b['numel'] * 4 / 2**20:.1f} MB)" for b in buckets
     ]
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
@@ -219,7 +227,8 @@ def bucket_timeline(events: list[dict], title: str):
         ms = (event["time"] - start) * 1e3
         ax.axvline(ms, color="black", linestyle="--", linewidth=1)
         ax.text(ms, len(labels) - 0.4, "backward() returns ", fontsize=8, va="bottom", ha="right")
-    ax.set_xlabel("time since the first gradient was ready (ms); bar = all-reduce in flight")
+    origin = "the backward pass began" if pieces else "the first gradient was ready"
+    ax.set_xlabel(f"time since {origin} (ms); bar = all-reduce in flight")
     ax.set_title(title)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

@@ -8,7 +8,7 @@ no communication would overlap computation any more. DDP's partner in the compil
 the *DDPOptimizer* (`torch._dynamo.config.optimize_ddp`), splits the graph at DDP's
 bucket boundaries instead, so that each piece's backward ends with its buckets ready.
 
-Four ways to train the same model for a few steps, with bucket_cap_mb=1 so that it
+Four ways to train the same model for a few steps, with bucket_cap_mb=4 so that it
 has several buckets:
 
 - `eager`:                 `DDP(model)`, no compile: the reference;
@@ -19,15 +19,24 @@ has several buckets:
 For each, the run prints how many graphs the backend compiled, how many all-reduces
 DDP launched per step, how many compiled backward pieces still ran after the first
 all-reduce had been launched (the overlap; 0 means none), and how far the weights are
-from `eager`'s. The backend is `aot_eager` by default (AOTAutograd without code
-generation: it needs no C++ compiler, and compiles in seconds); `--backend inductor`
-is the default of `torch.compile`, and on the CPU needs a C++ compiler.
+from `eager`'s. `--events FILE` writes the last backward pass of each way (gradients
+ready, all-reduces launched and completed), for lesson 01's bucket timeline.
+
+The backend is `aot_eager` by default (AOTAutograd without code generation: it needs
+no C++ compiler, and compiles in seconds); `--backend inductor` is the default of
+`torch.compile`, and on the CPU needs a C++ compiler.
 
 Launch it (from any folder, with the path to this file):
 
     torchrun --standalone --nproc_per_node=2 ddp_compile.py
     torchrun --standalone --nproc_per_node=2 ddp_compile.py --backend inductor
+    torchrun --standalone --nproc_per_node=2 ddp_compile.py --events events.json
 """
+
+import json
+import os
+import time
+from pathlib import Path
 
 import torch
 import torch._dynamo
@@ -41,8 +50,12 @@ from common.cli import LessonArgumentParser
 from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
 from common.replicas import flat_parameters
 
-LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_compile.py [--backend inductor]"
-WIDTH, LAYERS, STEPS = 512, 6, 3  # a 512 x 512 layer: 1 MB of float32 gradients
+LAUNCH = (
+    "torchrun --standalone --nproc_per_node=2 ddp_compile.py [--backend inductor] "
+    "[--events events.json]"
+)
+WIDTH, LAYERS, STEPS = 1024, 6, 3  # a 1024 x 1024 layer: 4 MB of float32 gradients
+BUCKET_MB = 4  # about a layer per bucket
 WAYS = ("eager", "compile_then_wrap", "compile_then_wrap, optimize_ddp=False", "wrap_then_compile")
 
 
@@ -79,19 +92,33 @@ def train(way: str, backend: str, device: torch.device) -> dict:
     torch._dynamo.config.optimize_ddp = "optimize_ddp=False" not in way
     device_ids = [device.index] if device.type == "cuda" else None
     if way == "eager":
-        model = ddp = DDP(make_model().to(device), device_ids=device_ids, bucket_cap_mb=1)
+        model = ddp = DDP(make_model().to(device), device_ids=device_ids, bucket_cap_mb=BUCKET_MB)
     elif way.startswith("compile_then_wrap"):
         compiled = torch.compile(make_model().to(device), backend=counting_backend)
-        model = ddp = DDP(compiled, device_ids=device_ids, bucket_cap_mb=1)
+        model = ddp = DDP(compiled, device_ids=device_ids, bucket_cap_mb=BUCKET_MB)
     else:
-        ddp = DDP(make_model().to(device), device_ids=device_ids, bucket_cap_mb=1)
+        ddp = DDP(make_model().to(device), device_ids=device_ids, bucket_cap_mb=BUCKET_MB)
         model = torch.compile(ddp, backend=counting_backend)
 
+    # The events of a backward pass, in order, timed as lesson 01's timeline draws them.
     events = []
 
+    def note(kind: str) -> None:  # hooks that return None change nothing
+        events.append({"kind": kind, "time": time.perf_counter()})
+
+    for parameter in ddp.module.parameters():
+        parameter.register_post_accumulate_grad_hook(lambda _: note("grad_ready"))
+
     def recording_allreduce(state, bucket):
-        events.append("all-reduce")
-        return default_hooks.allreduce_hook(None, bucket)
+        launch = {"kind": "bucket_launch", "time": time.perf_counter()}
+        launch.update(index=bucket.index(), numel=bucket.buffer().numel())
+        events.append(launch)
+
+        def done(future):
+            launch["done"] = time.perf_counter()  # gloo: the all-reduce has completed
+            return future.value()
+
+        return default_hooks.allreduce_hook(None, bucket).then(done)
 
     ddp.register_comm_hook(None, recording_allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -101,22 +128,26 @@ def train(way: str, backend: str, device: torch.device) -> dict:
         optimizer.zero_grad()
         loss = F.mse_loss(model(inputs), torch.zeros(16, 1, device=device))
         for node in compiled_backward_nodes(loss):
-            node.register_prehook(lambda *_: events.append("piece"))
+            node.register_prehook(lambda *_: note("piece"))
         loss.backward()
+        note("backward_end")
         optimizer.step()
-    first = events.index("all-reduce")
+    kinds = [event["kind"] for event in events]
+    first = kinds.index("bucket_launch")
     return {
         "graphs": len(graphs),
-        "all-reduces": events.count("all-reduce"),
-        "pieces": events.count("piece"),
-        "pieces_after_first_allreduce": events[first:].count("piece"),
+        "all-reduces": kinds.count("bucket_launch"),
+        "pieces": kinds.count("piece"),
+        "pieces_after_first_allreduce": kinds[first:].count("piece"),
         "weights": flat_parameters(ddp.module),
+        "events": events,
     }
 
 
 def main() -> None:
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
     parser.add_argument("--backend", default="aot_eager", help="torch.compile backend")
+    parser.add_argument("--events", type=Path, help="write rank 0's last backward pass here")
     args = parser.parse_args()
     if args.backend not in ("aot_eager", "inductor"):
         parser.error(f"--backend {args.backend} is not one this lesson runs: aot_eager or inductor")
@@ -140,6 +171,10 @@ def main() -> None:
             f"{result['pieces_after_first_allreduce']} after the first all-reduce "
             f"| max |w - w eager| {difference:.1e}"
         )
+    if args.events and dist.get_rank() == 0:
+        partial = args.events.with_suffix(".partial")  # never a half-written file
+        partial.write_text(json.dumps({way: r["events"] for way, r in results.items()}))
+        os.replace(partial, args.events)
     dist.destroy_process_group()
 
 
