@@ -30,7 +30,6 @@ Launch it (from any folder, with the path to this file):
 """
 
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -181,9 +180,7 @@ def main() -> None:
             f"training | {hook:<9} | loss every {every} steps {shown} | last {curves[hook][-1]:.4f}"
         )
     if args.curves and dist.get_rank() == 0:
-        partial = args.curves.with_suffix(".partial")  # never a half-written file
-        partial.write_text(json.dumps(curves))
-        os.replace(partial, args.curves)
+        args.curves.write_text(json.dumps(curves))
     for hook in HOOKS[1:]:
         difference = (final[hook] - final["plain"]).abs().max().item()
         log0(f"training | {hook:<9} | max |w - w plain| {difference:.2e}")

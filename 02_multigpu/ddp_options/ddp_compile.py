@@ -34,7 +34,6 @@ Launch it (from any folder, with the path to this file):
 """
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -172,9 +171,7 @@ def main() -> None:
             f"| max |w - w eager| {difference:.1e}"
         )
     if args.events and dist.get_rank() == 0:
-        partial = args.events.with_suffix(".partial")  # never a half-written file
-        partial.write_text(json.dumps({way: r["events"] for way, r in results.items()}))
-        os.replace(partial, args.events)
+        args.events.write_text(json.dumps({way: r["events"] for way, r in results.items()}))
     dist.destroy_process_group()
 
 
