@@ -4,9 +4,15 @@
 the processes and tells each its place (LOCAL_RANK, RANK, WORLD_SIZE, ...); global
 rank 0 saves a snapshot (model, optimizer, epochs finished, random state) atomically
 every `save_every` epochs and at the end; every process that starts finds the
-snapshot and resumes at the first unfinished epoch. When a worker dies, torchrun
-(given `--max-restarts`) stops the others and starts the group again, and training
-goes on where the snapshot left it.
+snapshot and resumes where it left off. When a worker dies, torchrun (given
+`--max-restarts`) stops the others and starts the group again, and training goes on
+where the snapshot left it.
+
+Asked to stop (SIGTERM or SIGUSR1: a time limit, a preemption, `kill` on torchrun),
+every rank stops at the same step, rank 0 saves a snapshot of that step, and every
+rank exits with code 75, "stopped, resume me": launched again, it goes on from that
+step, losing nothing (the notebook of part 3 shows it, and what `--no_stop_handler`
+loses without it).
 
 Launch it (from any folder, with the path to this file):
 
@@ -33,9 +39,8 @@ one or two more:
         multigpu_torchrun.py 200 1
 """
 
-import argparse
+import itertools
 import os
-import signal
 from pathlib import Path
 
 import torch
@@ -47,6 +52,13 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
+from common.crash_injection import (
+    CrashPlan,
+    add_crash_arguments,
+    check_crash_plan,
+    crash_plan,
+    die_now,
+)
 from common.data import SyntheticRegression
 from common.distributed import (
     check_gpus_go_round,
@@ -59,11 +71,12 @@ from common.distributed import (
     world_on_this_machine,
 )
 from common.models import regression_model
+from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
 from common.random_state import RandomState, gather_random_states, restore_random_state
 from common.snapshot import SnapshotError, load, save_atomic
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5"
-SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "rng_state")
+SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "steps_run", "loss_so_far", "rng_state")
 SHUFFLE_SEED = 0
 
 
@@ -110,7 +123,8 @@ class Trainer:
         device: torch.device,
         save_every: int,
         snapshot_path: Path,
-        crash_at: tuple[int, int, int] | None = None,
+        crash_at: CrashPlan | None = None,
+        stop: StopRequest | None = None,
     ) -> None:
         self.device = device
         self.global_rank = dist.get_rank()
@@ -120,7 +134,10 @@ class Trainer:
         self.save_every = save_every
         self.snapshot_path = snapshot_path
         self.crash_at = crash_at  # (rank, epoch, step) at which to die, or None
-        self.epochs_run = 0
+        self.stop = stop  # notes SIGTERM and SIGUSR1; None: they kill the process
+        self.epochs_run = 0  # epochs finished
+        self.steps_run = 0  # and steps of the next one, after a stop in its middle
+        self.loss_so_far = 0.0  # that epoch's loss until the stop, summed over the ranks
         # Before the DDP wrap, on every rank: each replica resumes from the same state.
         if snapshot_path.exists():
             self._load_snapshot(snapshot_path)
@@ -139,9 +156,11 @@ class Trainer:
         if notice:
             log0(notice)
         self.epochs_run = snapshot["epochs_run"]
+        self.steps_run = snapshot["steps_run"]
+        self.loss_so_far = snapshot["loss_so_far"]
         log(
             f"resumed from {snapshot_path}: {self.epochs_run} epochs done, "
-            f"continuing at epoch {self.epochs_run}"
+            f"continuing at epoch {self.epochs_run} step {self.steps_run}"
         )
 
     def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -156,16 +175,34 @@ class Trainer:
         # Only on torchrun's first attempt, so the restarted group gets past this point.
         first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
         if first_attempt and self.crash_at == (self.global_rank, epoch, step):
-            log(f"injected failure: pid {os.getpid()} kills itself at epoch {epoch} step {step}")
-            # SIGKILL, like the out-of-memory killer: no exception, no clean-up, no goodbye.
-            os.kill(os.getpid(), signal.SIGKILL)
+            die_now(epoch, step)  # SIGKILL, like the out-of-memory killer
 
-    def _run_epoch(self, epoch: int) -> None:
+    def _all_ranks_agree_to_stop(self) -> bool:
+        # Ranks receive a signal at different moments (or only some do): a rank that
+        # stopped alone would leave the others waiting for it in the next all-reduce.
+        # So at every step all ranks share their flag: MAX is 1 if any rank was asked.
+        flag = torch.tensor([int(self.stop.received)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())  # the same answer on every rank, at the same step
+
+    def _run_epoch(self, epoch: int) -> bool:
+        """Train one epoch (the rest of it, after a stop); True if asked to stop."""
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
         self.train_data.sampler.set_epoch(epoch)
-        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        for step, (source, targets) in enumerate(self.train_data):
+        resumed = epoch == self.epochs_run  # after a stop mid-epoch: the steps that ran
+        first_step = self.steps_run if resumed else 0
+        # Their loss, summed over the ranks, is carried by rank 0.
+        carried = self.loss_so_far if resumed and self.global_rank == 0 else 0.0
+        total_loss = torch.tensor(carried, dtype=torch.float64, device=self.device)
+        # The order depends only on the seed and the epoch, so skipping the steps that
+        # ran before a stop continues the epoch exactly (they are loaded, not trained).
+        for step, (source, targets) in itertools.islice(
+            enumerate(self.train_data), first_step, None
+        ):
+            if self.stop is not None and self._all_ranks_agree_to_stop():
+                self._stop_at(epoch, step, total_loss)
+                return True
             self._crash_if_planned(epoch, step)
             source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
             targets = targets.to(self.device, non_blocking=True)
@@ -173,33 +210,56 @@ class Trainer:
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
         # Each rank saw its own shard; the epoch's loss is the average over all ranks.
-        summed = torch.tensor([total_loss.item() / steps], device=self.device)
-        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)
         world_size = dist.get_world_size()
-        epoch_loss = summed.item() / world_size
+        epoch_loss = total_loss.item() / (steps * world_size)
         log0(
             f"epoch {epoch} | world size {world_size} | batch size {batch_size} per rank "
             f"| steps {steps} | loss {epoch_loss:.6f}"
         )
+        return False
 
-    def _save_snapshot(self, epoch: int, random_states: list[RandomState]) -> None:
+    def _stop_at(self, epoch: int, step: int, total_loss: torch.Tensor) -> None:
+        """Every rank, at the same step: save what this step needs, then leave."""
+        signal_name = self.stop.signal_name or "none (another rank did)"
+        log(f"epoch {epoch} | stop agreed before step {step} | signal here: {signal_name}")
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)  # the resumed epoch adds the rest
+        random_states = gather_random_states(self.device)  # a collective: every rank
+        if self.global_rank == 0:
+            self._save_snapshot(epoch, step, total_loss.item(), random_states)
+        # No rank exits before the snapshot is on disk: torchrun stops the group as
+        # soon as one worker has exited.
+        dist.barrier()
+
+    def _save_snapshot(
+        self, epochs_run: int, steps_run: int, loss_so_far: float, random_states: list[RandomState]
+    ) -> None:
         snapshot = {
             # model.module is the model DDP wraps: plain names ("weight"), loadable
             # without DDP and before the wrap.
             "model": self.model.module.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            # The number of epochs *finished*, so a resume starts at the next one.
-            "epochs_run": epoch + 1,
+            # The epochs *finished*, and the steps finished of the next one (0 unless
+            # stopped in its middle): a resume starts at the first step not taken.
+            "epochs_run": epochs_run,
+            "steps_run": steps_run,
+            "loss_so_far": loss_so_far,
             # Every rank's random generators, in rank order.
             "rng_state": random_states,
         }
         # Temporary file, fsync, rename: a crash mid-write leaves the previous snapshot.
         save_atomic(snapshot, self.snapshot_path)
-        log0(f"epoch {epoch} | snapshot saved to {self.snapshot_path}")
+        # Step 0 of an epoch is the end of the one before: say it as at an epoch's end.
+        done = (
+            f"epoch {epochs_run - 1}" if steps_run == 0 else f"epoch {epochs_run} step {steps_run}"
+        )
+        log0(f"{done} | snapshot saved to {self.snapshot_path}")
 
-    def train(self, max_epochs: int) -> None:
+    def train(self, max_epochs: int) -> bool:
+        """Train up to max_epochs; False if asked to stop first (a snapshot holds where)."""
         for epoch in range(self.epochs_run, max_epochs):
-            self._run_epoch(epoch)
+            if self._run_epoch(epoch):
+                return False
             # After every save_every-th epoch, and after the last one, so the file
             # always ends up holding the trained model.
             if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
@@ -210,8 +270,9 @@ class Trainer:
                 # collective (all_reduce, barrier, a DDP forward) may sit inside this
                 # branch: rank 0 would wait in it for ranks that never enter it.
                 if self.global_rank == 0:
-                    self._save_snapshot(epoch, random_states)
+                    self._save_snapshot(epoch + 1, 0, 0.0, random_states)
         log0(f"training finished: {max_epochs} epochs")
+        return True
 
 
 def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
@@ -239,42 +300,28 @@ def main(
     save_every: int,
     batch_size: int,
     snapshot_path: Path,
-    crash_at: tuple[int, int, int] | None,
-) -> None:
+    crash_at: CrashPlan | None,
+    stop_handler: bool,
+) -> int:
+    # First: a stop asked for while the job starts is then noted, not fatal.
+    stop = StopRequest() if stop_handler else None
     device = ddp_setup()
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size, device)
-    check_crash_plan(crash_at, total_epochs, len(train_data))
+    check_crash_plan(crash_at, total_epochs, len(train_data), LAUNCH)
     try:
-        trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, crash_at)
+        trainer = Trainer(
+            model, train_data, optimizer, device, save_every, snapshot_path, crash_at, stop
+        )
     except SnapshotError as error:
         log(str(error))  # one line that names the file and what to do, not a traceback
+        stop_the_agent()  # every restart would meet the same file: ask torchrun to stop
+        dist.barrier()  # the agent has been asked before any worker exits
         dist.destroy_process_group()
         raise SystemExit(1) from None
-    trainer.train(total_epochs)
+    finished = trainer.train(total_epochs)
     dist.destroy_process_group()
-
-
-def check_crash_plan(crash_at: tuple[int, int, int] | None, epochs: int, steps: int) -> None:
-    """A crash that can never happen would let a demonstration pass for the wrong reason."""
-    if crash_at is None:
-        return
-    rank, epoch, step = crash_at
-    for name, value, limit in (
-        ("--crash_rank", rank, dist.get_world_size()),
-        ("--crash_epoch", epoch, epochs),
-        ("--crash_step", step, steps),
-    ):
-        if value >= limit:
-            log0(f"{name} {value} never happens: it must be below {limit}; launch it as: {LAUNCH}")
-            dist.destroy_process_group()
-            raise SystemExit(2)
-
-
-def natural_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
-    return int(text)
+    return 0 if finished else RESUMABLE_EXIT_CODE  # 75: stopped, resume me
 
 
 if __name__ == "__main__":
@@ -287,13 +334,19 @@ if __name__ == "__main__":
     parser.add_argument(
         "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
     )
-    crash = parser.add_argument_group("failure injection (once per job: not after a restart)")
-    crash.add_argument("--crash_epoch", type=natural_int, help="epoch at which a worker dies")
-    crash.add_argument("--crash_step", type=natural_int, default=0, help="step of that epoch")
-    crash.add_argument("--crash_rank", type=natural_int, default=0, help="global rank that dies")
+    parser.add_argument(
+        "--no_stop_handler",
+        action="store_true",
+        help="let SIGTERM and SIGUSR1 kill the workers, to see what a stop costs without it",
+    )
+    add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step
     args = parser.parse_args()
-    crash_at = None
-    if args.crash_epoch is not None:
-        crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)
-    main(args.total_epochs, args.save_every, args.batch_size, args.snapshot_path, crash_at)
-    end_process()  # not Python's teardown: see common.distributed.end_process
+    exit_code = main(
+        args.total_epochs,
+        args.save_every,
+        args.batch_size,
+        args.snapshot_path,
+        crash_plan(args),
+        stop_handler=not args.no_stop_handler,
+    )
+    end_process(exit_code)  # not Python's teardown: see common.distributed.end_process

@@ -19,12 +19,14 @@ or on a Slurm cluster with `sbatch slurm/multinode.sbatch 50 10` (see that file)
 On one machine, two agents in two terminals play two nodes (HEAD is 127.0.0.1).
 `--batch_size` (default 32) is per process. It writes `snapshot.pt` to the current
 folder (`--snapshot_path` to change it) and resumes from it. Crashes can be
-injected as in lesson 03 (`--crash_rank R --crash_epoch E --crash_step S`).
+injected as in lesson 03 (`--crash_rank R --crash_epoch E --crash_step S`). Asked to
+stop (SIGTERM or SIGUSR1: a time limit, a preemption, a requeue), it stops as lesson 03's
+script does (part 3): every rank at the same step, a snapshot of that step on every
+node, exit code 75, and a resume from that step.
 """
 
-import argparse
+import itertools
 import os
-import signal
 import socket
 from pathlib import Path
 
@@ -38,9 +40,17 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
+from common.crash_injection import (
+    CrashPlan,
+    add_crash_arguments,
+    check_crash_plan,
+    crash_plan,
+    die_now,
+)
 from common.data import SyntheticRegression
 from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 from common.models import regression_model
+from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
 from common.random_state import RandomState, gather_random_states, restore_random_state
 from common.snapshot import SnapshotError, save_atomic
 
@@ -48,7 +58,7 @@ LAUNCH = (
     "torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d "
     "--rdzv_endpoint=HEAD:PORT --rdzv_id=job42 multinode.py 50 10"
 )
-SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "rng_state")
+SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "steps_run", "loss_so_far", "rng_state")
 SHUFFLE_SEED = 0
 
 
@@ -84,7 +94,8 @@ class Trainer:
         device: torch.device,
         save_every: int,
         snapshot_path: Path,
-        crash_at: tuple[int, int, int] | None = None,
+        crash_at: CrashPlan | None = None,
+        stop: StopRequest | None = None,
     ) -> None:
         self.device = device
         # Local rank: which device on this node. Global rank: who in the whole job.
@@ -96,7 +107,10 @@ class Trainer:
         self.save_every = save_every
         self.snapshot_path = snapshot_path
         self.crash_at = crash_at  # (rank, epoch, step) at which to die, or None
-        self.epochs_run = 0
+        self.stop = stop  # notes SIGTERM and SIGUSR1 (lesson 03, part 3)
+        self.epochs_run = 0  # epochs finished
+        self.steps_run = 0  # and steps of the next one, after a stop in its middle
+        self.loss_so_far = 0.0  # that epoch's loss until the stop, summed over the ranks
         # One writer per node: every node keeps a copy on its own disk; on a folder all
         # nodes share, each writes the same state to the same file, atomically.
         self.saves_snapshot = self.local_rank == 0
@@ -120,9 +134,12 @@ class Trainer:
         if notice:
             log0(notice)
         self.epochs_run = snapshot["epochs_run"]
+        self.steps_run = snapshot["steps_run"]
+        self.loss_so_far = snapshot["loss_so_far"]
         log(
             f"resumed from rank {resume.rank}'s {self.snapshot_path} (node {resume.node}): "
-            f"{self.epochs_run} epochs done, continuing at epoch {self.epochs_run}"
+            f"{self.epochs_run} epochs done, continuing at epoch {self.epochs_run} "
+            f"step {self.steps_run}"
         )
 
     def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -136,16 +153,34 @@ class Trainer:
     def _crash_if_planned(self, epoch: int, step: int) -> None:
         # main() clears crash_at after a restart, so the restarted group gets past here.
         if self.crash_at == (self.global_rank, epoch, step):
-            log(f"injected failure: pid {os.getpid()} kills itself at epoch {epoch} step {step}")
-            # SIGKILL, like the out-of-memory killer: no exception, no clean-up, no goodbye.
-            os.kill(os.getpid(), signal.SIGKILL)
+            die_now(epoch, step)  # SIGKILL, like the out-of-memory killer
 
-    def _run_epoch(self, epoch: int) -> None:
+    def _all_ranks_agree_to_stop(self) -> bool:
+        # Ranks receive a signal at different moments (or only some do): a rank that
+        # stopped alone would leave the others waiting for it in the next all-reduce.
+        # So at every step all ranks share their flag: MAX is 1 if any rank was asked.
+        flag = torch.tensor([int(self.stop.received)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())  # the same answer on every rank, at the same step
+
+    def _run_epoch(self, epoch: int) -> bool:
+        """Train one epoch (the rest of it, after a stop); True if asked to stop."""
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
         self.train_data.sampler.set_epoch(epoch)
-        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        for step, (source, targets) in enumerate(self.train_data):
+        resumed = epoch == self.epochs_run  # after a stop mid-epoch: the steps that ran
+        first_step = self.steps_run if resumed else 0
+        # Their loss, summed over the ranks, is carried by rank 0.
+        carried = self.loss_so_far if resumed and self.global_rank == 0 else 0.0
+        total_loss = torch.tensor(carried, dtype=torch.float64, device=self.device)
+        # The order depends only on the seed and the epoch, so skipping the steps that
+        # ran before a stop continues the epoch exactly (they are loaded, not trained).
+        for step, (source, targets) in itertools.islice(
+            enumerate(self.train_data), first_step, None
+        ):
+            if self.stop is not None and self._all_ranks_agree_to_stop():
+                self._stop_at(epoch, step, total_loss)
+                return True
             self._crash_if_planned(epoch, step)
             source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
             targets = targets.to(self.device, non_blocking=True)
@@ -153,34 +188,57 @@ class Trainer:
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
         # Each rank saw its own shard; the epoch's loss is the average over all ranks.
-        summed = torch.tensor([total_loss.item() / steps], device=self.device)
-        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)
         world_size = dist.get_world_size()
-        epoch_loss = summed.item() / world_size
+        epoch_loss = total_loss.item() / (steps * world_size)
         log0(
             f"epoch {epoch} | world size {world_size} | batch size {batch_size} per rank "
             f"| steps {steps} | loss {epoch_loss:.6f}"
         )
+        return False
 
-    def _save_snapshot(self, epoch: int, random_states: list[RandomState]) -> None:
+    def _stop_at(self, epoch: int, step: int, total_loss: torch.Tensor) -> None:
+        """Every rank, at the same step: save what this step needs, then leave."""
+        signal_name = self.stop.signal_name or "none (another rank did)"
+        log(f"epoch {epoch} | stop agreed before step {step} | signal here: {signal_name}")
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)  # the resumed epoch adds the rest
+        random_states = gather_random_states(self.device)  # a collective: every rank
+        if self.saves_snapshot:
+            self._save_snapshot(epoch, step, total_loss.item(), random_states)
+        # No rank exits before the snapshot is on disk: torchrun stops the group as
+        # soon as one worker has exited.
+        dist.barrier()
+
+    def _save_snapshot(
+        self, epochs_run: int, steps_run: int, loss_so_far: float, random_states: list[RandomState]
+    ) -> None:
         snapshot = {
             # model.module is the model DDP wraps: plain names ("weight"), loadable
             # without DDP and before the wrap.
             "model": self.model.module.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            # The number of epochs *finished*, so a resume starts at the next one.
-            "epochs_run": epoch + 1,
+            # The epochs *finished*, and the steps finished of the next one (0 unless
+            # stopped in its middle): a resume starts at the first step not taken.
+            "epochs_run": epochs_run,
+            "steps_run": steps_run,
+            "loss_so_far": loss_so_far,
             # Every rank's random generators, in rank order.
             "rng_state": random_states,
         }
         # A temporary file of this writer's own, fsync, rename: a crash mid-write leaves
         # the previous snapshot, and writers on other nodes never mix bytes with ours.
         save_atomic(snapshot, self.snapshot_path)
-        log(f"epoch {epoch} | snapshot saved to {self.snapshot_path.resolve()}")
+        # Step 0 of an epoch is the end of the one before: say it as at an epoch's end.
+        done = (
+            f"epoch {epochs_run - 1}" if steps_run == 0 else f"epoch {epochs_run} step {steps_run}"
+        )
+        log(f"{done} | snapshot saved to {self.snapshot_path.resolve()}")
 
-    def train(self, max_epochs: int) -> None:
+    def train(self, max_epochs: int) -> bool:
+        """Train up to max_epochs; False if asked to stop first (a snapshot holds where)."""
         for epoch in range(self.epochs_run, max_epochs):
-            self._run_epoch(epoch)
+            if self._run_epoch(epoch):
+                return False
             # After every save_every-th epoch, and after the last one, so the file
             # always ends up holding the trained model.
             if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
@@ -191,8 +249,9 @@ class Trainer:
                 # enough. No collective (all_reduce, barrier, a DDP forward) may sit
                 # inside this branch: the savers would wait for ranks that never enter.
                 if self.saves_snapshot:
-                    self._save_snapshot(epoch, random_states)
+                    self._save_snapshot(epoch + 1, 0, 0.0, random_states)
         log0(f"training finished: {max_epochs} epochs")
+        return True
 
 
 def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
@@ -220,40 +279,30 @@ def main(
     save_every: int,
     batch_size: int,
     snapshot_path: Path,
-    crash_at: tuple[int, int, int] | None,
-) -> None:
+    crash_at: CrashPlan | None,
+) -> int:
+    stop = StopRequest()  # first: a stop asked for while the job starts is then noted
     device = ddp_setup()
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size, device)
-    check_crash_plan(crash_at, total_epochs, len(train_data))
+    check_crash_plan(crash_at, total_epochs, len(train_data), LAUNCH)
     if crash_at is not None and restarts_of_the_job(device) > 0:
         crash_at = None  # the failure is injected once per job, not once per attempt
     try:
-        trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, crash_at)
+        trainer = Trainer(
+            model, train_data, optimizer, device, save_every, snapshot_path, crash_at, stop
+        )
     except SnapshotError as error:
         # One line that names the rank, the file and what to do, not a traceback; the
         # same on every rank (they agreed on it): said once.
         log0(str(error))
+        stop_the_agent()  # every node's agents: a restart would meet the same file
+        dist.barrier()  # every agent has been asked before any worker exits
         dist.destroy_process_group()
         raise SystemExit(1) from None
-    trainer.train(total_epochs)
+    finished = trainer.train(total_epochs)
     dist.destroy_process_group()
-
-
-def check_crash_plan(crash_at: tuple[int, int, int] | None, epochs: int, steps: int) -> None:
-    """A crash that can never happen would let a demonstration pass for the wrong reason."""
-    if crash_at is None:
-        return
-    rank, epoch, step = crash_at
-    for name, value, limit in (
-        ("--crash_rank", rank, dist.get_world_size()),
-        ("--crash_epoch", epoch, epochs),
-        ("--crash_step", step, steps),
-    ):
-        if value >= limit:
-            log0(f"{name} {value} never happens: it must be below {limit}; launch it as: {LAUNCH}")
-            dist.destroy_process_group()
-            raise SystemExit(2)
+    return 0 if finished else RESUMABLE_EXIT_CODE  # 75: stopped, resume me
 
 
 def restarts_of_the_job(device: torch.device) -> int:
@@ -272,12 +321,6 @@ def restarts_of_the_job(device: torch.device) -> int:
     return int(count.item())
 
 
-def natural_int(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
-    return int(text)
-
-
 if __name__ == "__main__":
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
     parser.add_argument("total_epochs", type=positive_int, help="how many epochs to train")
@@ -288,13 +331,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
     )
-    crash = parser.add_argument_group("failure injection (once per job: not after a restart)")
-    crash.add_argument("--crash_epoch", type=natural_int, help="epoch at which a worker dies")
-    crash.add_argument("--crash_step", type=natural_int, default=0, help="step of that epoch")
-    crash.add_argument("--crash_rank", type=natural_int, default=0, help="global rank that dies")
+    add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step
     args = parser.parse_args()
-    crash_at = None
-    if args.crash_epoch is not None:
-        crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)
-    main(args.total_epochs, args.save_every, args.batch_size, args.snapshot_path, crash_at)
-    end_process()  # not Python's teardown: see common.distributed.end_process
+    crash_at = crash_plan(args)
+    exit_code = main(
+        args.total_epochs, args.save_every, args.batch_size, args.snapshot_path, crash_at
+    )
+    end_process(exit_code)  # not Python's teardown: see common.distributed.end_process

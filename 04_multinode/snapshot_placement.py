@@ -13,8 +13,9 @@ one node may show up late on another). So nothing here depends on knowing it:
   it over the snapshot (`common.snapshot.save_atomic`), so the file is always one
   writer's whole snapshot.
 - **Resuming: every rank agrees on the newest snapshot** (`newest_snapshot`). Each rank
-  reads the snapshot it sees, if any; one `all_gather` of everyone's `epochs_run` (-1
-  for none) tells every rank which rank holds the newest; that rank broadcasts its
+  reads the snapshot it sees, if any; one `all_gather` of everyone's position
+  (`epochs_run`, -1 for none, and `steps_run`, for a snapshot of a stop in the middle
+  of an epoch) tells every rank which rank holds the newest; that rank broadcasts its
   snapshot, and every rank loads the same state. A node that lost its disk, or kept an
   older copy, resumes from the newest like the others.
 
@@ -72,30 +73,32 @@ def newest_snapshot(snapshot_path: Path, keys: tuple[str, ...], device) -> Resum
         except SnapshotError as error:
             problem = str(error)
     epochs_run = UNREADABLE if problem else NO_SNAPSHOT if state is None else state["epochs_run"]
+    # Steps of the next epoch: a snapshot saved when the job was asked to stop.
+    steps_run = 0 if state is None else state.get("steps_run", 0)
 
-    # The one collective that decides: every rank's epochs_run, and its node for the log.
-    mine = torch.tensor([epochs_run, node_rank()], device=device)
+    # The one collective that decides: every rank's position, and its node for the log.
+    mine = torch.tensor([epochs_run, steps_run, node_rank()], device=device)
     everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
-    found = [(int(epochs), int(node)) for epochs, node in everyone]  # by global rank
+    found = [((int(e), int(s)), int(node)) for e, s, node in everyone]  # by global rank
 
     # broadcast_object_list pickles the objects into a byte tensor on `device`: the CPU
     # under gloo; under nccl this rank's GPU, which must be the current device
     # (device_for() calls torch.cuda.set_device), else every rank would use GPU 0.
-    unreadable = [rank for rank, (epochs, _) in enumerate(found) if epochs == UNREADABLE]
+    unreadable = [rank for rank, ((epochs, _), _) in enumerate(found) if epochs == UNREADABLE]
     if unreadable:
         source = unreadable[0]  # its message goes to every rank: all stop alike
         message = [problem]
         dist.broadcast_object_list(message, src=source, device=device)
         raise SnapshotError(f"rank {source} on node {found[source][1]}: {message[0]}")
 
-    newest = max(epochs for epochs, _ in found)
-    source = next(rank for rank, (epochs, _) in enumerate(found) if epochs == newest)
+    newest = max(position for position, _ in found)  # (epochs, steps): the furthest
+    source = next(rank for rank, (position, _) in enumerate(found) if position == newest)
     seen = ", ".join(
-        f"rank {rank} (node {node}): {'none' if epochs == NO_SNAPSHOT else f'{epochs} epochs'}"
-        for rank, (epochs, node) in enumerate(found)
+        f"rank {rank} (node {node}): {said(position)}"
+        for rank, (position, node) in enumerate(found)
     )
-    if newest == NO_SNAPSHOT:
+    if newest[0] == NO_SNAPSHOT:
         log0(f"snapshots seen: {seen}; every rank starts from scratch")
         return None
     log0(f"snapshots seen: {seen}; every rank resumes from rank {source}'s")
@@ -105,3 +108,10 @@ def newest_snapshot(snapshot_path: Path, keys: tuple[str, ...], device) -> Resum
     sent = [state if dist.get_rank() == source else None]
     dist.broadcast_object_list(sent, src=source, device=device)
     return Resume(sent[0], source, found[source][1])
+
+
+def said(position: tuple[int, int]) -> str:
+    epochs, steps = position
+    if epochs == NO_SNAPSHOT:
+        return "none"
+    return f"{epochs} epochs" + (f" and {steps} steps" if steps else "")

@@ -226,6 +226,11 @@ class Command:
             got = True
             self._stream.add(line)
 
+    def send_signal(self, signum: int) -> None:
+        """Signal the command's own process (for torchrun: its agent), as a cluster's
+        scheduler would when it asks a job to stop."""
+        self._process.send_signal(signum)
+
     @property
     def done(self) -> bool:
         return self._ended and self.returncode is not None

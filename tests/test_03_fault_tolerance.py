@@ -49,7 +49,7 @@ def truncated_snapshot(path):
         (
             foreign_checkpoint,
             "{path} is not a snapshot of this script (it has no model, optimizer, "
-            "epochs_run, rng_state); delete {path}",
+            "epochs_run, steps_run, loss_so_far, rng_state); delete {path}",
         ),
     ],
     ids=["empty", "truncated", "foreign"],

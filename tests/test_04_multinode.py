@@ -120,7 +120,8 @@ def test_a_node_without_a_snapshot_or_with_an_older_one_resumes_from_the_newest(
 def test_an_unreadable_snapshot_on_one_node_stops_every_rank_with_one_line(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     random_states = [{"cpu": torch.get_rng_state()}] * 2  # one per rank
-    state = {"model": {}, "optimizer": {}, "epochs_run": 4, "rng_state": random_states}
+    state = {"model": {}, "optimizer": {}, "epochs_run": 4, "steps_run": 0, "loss_so_far": 0.0}
+    state["rng_state"] = random_states
     save_atomic(state, a / "snapshot.pt")
     good = (a / "snapshot.pt").read_bytes()
     b.mkdir()
@@ -157,6 +158,8 @@ def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_pat
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "epochs_run": 6,
+        "steps_run": 0,
+        "loss_so_far": 0.0,
         "rng_state": [{"cpu": torch.get_rng_state()}] * 2,  # one per rank
     }
     save_atomic(state, b / "snapshot.pt")

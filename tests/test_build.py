@@ -19,12 +19,14 @@ def test_lessons_are_found_in_course_order():
         "02_multigpu_wrapper_options",
         "03_fault_tolerance",
         "03_fault_tolerance_elastic",
+        "03_fault_tolerance_preemption",
         "04_multinode",
         "05_mingpt",
     ]
     assert [notebook.stem for notebook in lesson_notebooks(["03_fault_tolerance"])] == [
         "03_fault_tolerance",
         "03_fault_tolerance_elastic",
+        "03_fault_tolerance_preemption",
     ]
 
 

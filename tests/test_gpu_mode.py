@@ -17,13 +17,14 @@ is the same from run to run for the same GPUs and sizes.
 import math
 import os
 import re
+import signal
 
 import pytest
 import torch
 import yaml
 from conftest import REPO, lesson_module
 
-from common.launch import run
+from common.launch import run, start
 
 
 def suite_device() -> tuple[str, int]:
@@ -108,6 +109,29 @@ def test_communication_hooks_and_static_graph_hold_on_the_device(tmp_path):
     spread = dict(re.findall(r"\(layer used 2x, (.*?)\): .* max \|rank - rank 0\| (\S+)", static))
     assert float(spread["use_reentrant=True, no option"]) > 1e-3, static  # the silent drift
     assert float(spread["use_reentrant=True, static_graph=True"]) == 0, static
+
+
+def test_a_stop_heard_by_one_rank_resumes_with_the_weights_of_a_run_without_one(tmp_path):
+    """Lesson 03, part 3, on the device: the agreement's all-reduce (MAX), the gathered
+    random states and the barrier of the stop all run on it (nccl on GPUs)."""
+    script = REPO / "03_fault_tolerance/multigpu_torchrun.py"
+    job = f"torchrun --standalone --nproc_per_node={PROCESSES} {script} 4 2 --batch_size 8"
+    launch(f"{job} --snapshot_path clean.pt", tmp_path)
+    stopped = start(f"{job} --snapshot_path stopped.pt", cwd=tmp_path, quiet=True, env=ENVIRONMENT)
+    last = PROCESSES - 1
+    pid = int(re.search(r"pid=(\d+)", stopped.wait_for(rf"pid=\d+ rank={last} ", 120))[1])
+    stopped.wait_for(r"^\[rank0\] epoch 0 \|", timeout=120)
+    os.kill(pid, signal.SIGUSR1)  # one worker only: the others learn it from the all-reduce
+    output = stopped.wait(240, expect_failure=True)
+    where = set(re.findall(r"epoch (\d+) \| stop agreed before step (\d+)", output))
+    assert len(where) == 1 and output.count("stop agreed") == PROCESSES, output
+    resumed = launch(f"{job} --snapshot_path stopped.pt", tmp_path)
+    assert "continuing at epoch {} step {}".format(*where.pop()) in resumed
+    clean, restarted = (
+        torch.load(tmp_path / name, weights_only=True) for name in ("clean.pt", "stopped.pt")
+    )
+    for name, tensor in clean["model"].items():
+        assert torch.equal(tensor, restarted["model"][name]), name
 
 
 def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path):

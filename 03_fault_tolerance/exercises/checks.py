@@ -4,8 +4,9 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
-from course.exercises import load
+from course.exercises import load, run_in_world
 
 
 class _Interrupt:
@@ -69,4 +70,34 @@ def atomic_save(path) -> str:
     return (
         "each save loads back and leaves nothing else behind, an interrupted save leaves "
         "the previous snapshot whole, and every save makes a new file"
+    )
+
+
+STOP_WORLD, STOP_STEPS = 3, 8
+ASKED_FROM = {0: None, 1: 3, 2: 5}  # the step from which each rank has been asked
+
+
+def _answers_to_stop(exercise) -> list[bool]:
+    """Runs in each process: call the learner's function at every step, with this
+    rank's flag, and keep every answer (no early exit: a wrong answer must not hang)."""
+    first = ASKED_FROM[dist.get_rank()]
+    return [
+        bool(exercise.all_ranks_agree_to_stop(first is not None and step >= first))
+        for step in range(STOP_STEPS)
+    ]
+
+
+def stop_agreement(path) -> str:
+    answers = run_in_world(path, (__file__, "_answers_to_stop"), STOP_WORLD)
+    expected = [step >= 3 for step in range(STOP_STEPS)]
+    for rank, got in enumerate(answers):
+        stops_at = got.index(True) if True in got else None
+        assert got == expected, (
+            f"rank {rank}: answered {got}, stopping at step {stops_at}; expected False at "
+            "steps 0-2 and True from step 3 on, when rank 1 was asked (any rank asked is "
+            "enough, and every rank must give the same answer)"
+        )
+    return (
+        f"{STOP_WORLD} ranks, {STOP_STEPS} steps: all answered False until rank 1 was "
+        "asked at step 3, then True, together"
     )

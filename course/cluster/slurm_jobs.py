@@ -128,6 +128,39 @@ class SlurmClient:
                 )
             time.sleep(0.2)  # polling the controller: Slurm tells no one when a job ends
 
+    def wait_for_line(self, job_id: int, pattern: str, timeout: float) -> str:
+        """Wait until a line of the job's output file matches the regular expression
+        `pattern`, and return that line (the job goes on running)."""
+        regex, deadline = re.compile(pattern, re.MULTILINE), time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            out = Path(job.get("StdOut", ""))
+            if job.get("JobState") == "RUNNING" and out.is_file():
+                found = regex.search(out.read_text(errors="replace"))
+                if found:
+                    line_start = found.string.rfind("\n", 0, found.start()) + 1
+                    return found.string[line_start : found.string.find("\n", found.end())]
+            if job.get("JobState") in FINAL_STATES or time.monotonic() > deadline:
+                text = out.read_text(errors="replace") if out.is_file() else ""
+                raise CommandTimedOut(
+                    f"Slurm job {job_id} printed no line matching {pattern!r} "
+                    f"(state {job.get('JobState')})",
+                    text,
+                )
+            time.sleep(0.2)  # polling the controller, as `wait` does
+
+    def wait_for_state(self, job_id: int, state: str, timeout: float) -> dict[str, str]:
+        """Wait until the job is in `state` (PENDING again after a requeue, ...)."""
+        deadline = time.monotonic() + timeout
+        while (job := self.job(job_id)).get("JobState") != state:
+            if time.monotonic() > deadline:
+                raise CommandTimedOut(
+                    f"Slurm job {job_id} is {job.get('JobState')}, not {state}, after {timeout:g}s",
+                    "",
+                )
+            time.sleep(0.2)  # polling the controller, as `wait` does
+        return job
+
     def cancel_jobs(self) -> None:
         """Cancel what is still queued or running, and wait (briefly) until it is gone."""
         jobs = self._quiet("squeue", "--noheader", "--format=%i").split()
