@@ -49,6 +49,6 @@ def test_every_lesson_script_that_joins_a_process_group_ends_through_it():
     ]
     assert len(scripts) >= 15, scripts  # the lessons' DDP scripts, found
     missing = [
-        str(path.relative_to(REPO)) for path in scripts if "end_process()" not in path.read_text()
+        str(path.relative_to(REPO)) for path in scripts if "end_process(" not in path.read_text()
     ]
     assert missing == [], f"these end through Python's teardown: {missing}"
