@@ -21,6 +21,7 @@ def test_lessons_are_found_in_course_order():
         "03_fault_tolerance_elastic",
         "03_fault_tolerance_preemption",
         "04_multinode",
+        "04_multinode_hangs",
         "05_mingpt",
     ]
     assert [notebook.stem for notebook in lesson_notebooks(["03_fault_tolerance"])] == [

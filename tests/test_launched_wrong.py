@@ -44,10 +44,11 @@ CORRECT_ARGUMENTS = {
     "03_fault_tolerance/multigpu_torchrun.py": ["20", "5"],
     "03_fault_tolerance/rendezvous_server.py": ["29400"],
     "03_fault_tolerance/stale_address.py": [],
+    "04_multinode/hangs/classic_hangs.py": ["--case", "order"],
+    "04_multinode/hangs/one_collective_too_many.py": [],
     "04_multinode/multinode.py": ["50", "10"],
     "04_multinode/node_report.py": [],
     "04_multinode/troubleshooting/missing_node.py": [],
-    "04_multinode/troubleshooting/one_collective_too_many.py": [],
     "04_multinode/troubleshooting/port_in_use.py": [],
     "04_multinode/troubleshooting/unreachable_master.py": [],
     "05_mingpt/benchmark.py": ["throughput"],
@@ -83,6 +84,22 @@ WRONG_VALUES = [
     ("04_multinode/multinode.py", ["four", "2"], "total_epochs: 'four' is not a positive"),
     ("04_multinode/node_report.py", ["--timeout", "-1"], "--timeout"),
     ("05_mingpt/main.py", ["trainer.max_epoch=3"], "unknown setting 'trainer.max_epoch'"),
+    (
+        "04_multinode/hangs/classic_hangs.py",
+        ["--case", "deadlock"],
+        "--case: invalid choice: 'dead",
+    ),
+    (
+        "04_multinode/hangs/classic_hangs.py",
+        ["--case", "order", "--timeout", "0"],
+        "--timeout: '0' is not a positive number of seconds",
+    ),
+    ("04_multinode/hangs/classic_hangs.py", ["--case", "killed_rank", "--fixed"], "--fixed is for"),
+    (
+        "04_multinode/hangs/one_collective_too_many.py",
+        ["--timeout", "-1"],
+        "'-1' is not a positive",
+    ),
 ]
 
 # Commands also run by a real interpreter, to show the forked runner gives the same.

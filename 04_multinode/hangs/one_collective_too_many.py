@@ -1,4 +1,4 @@
-"""Lesson 04, troubleshooting: one rank calls one collective too many, and the job hangs.
+"""Lesson 04, part 2 (hangs): one rank calls one collective too many, and the job hangs.
 
 Every rank runs the same training loop, but the last rank also all-reduces a metric
 "for its log" after epoch 1. The others do not: they go on to the next epoch's
@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
 from common.distributed import end_process, log, log0, torchrun_env
+from common.hangs import add_hang_options
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5"
 EPOCHS = 3
@@ -34,16 +35,8 @@ EPOCHS = 3
 
 def main() -> None:
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds before giving up")
-    parser.add_argument(
-        "--monitored_barrier",
-        action="store_true",
-        help="every rank checks in at a monitored barrier after each epoch",
-    )
-    parser.add_argument("--fixed", action="store_true", help="without the extra collective")
+    add_hang_options(parser, 5.0, "after each epoch", fixed="without the extra collective")
     args = parser.parse_args()
-    if args.timeout <= 0:
-        parser.error(f"--timeout must be positive, not {args.timeout:g}")
     _, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     dist.init_process_group(backend="gloo", timeout=timedelta(seconds=args.timeout))
     last = world_size - 1

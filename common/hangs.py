@@ -1,0 +1,233 @@
+"""Look inside a hung job from outside, as on a cluster's node: each rank's Python stack,
+its flight record of collectives, its state and its ports.
+
+Introduced in 04_multinode, part 2 (`04_multinode_hangs.ipynb`, whose scripts are in
+`04_multinode/hangs/`); used by that notebook and `tests/test_04_hangs.py`, and
+`key_lines` by part 1's troubleshooting too. The scripts print each rank's PID first
+(`[rank1] pid 1234 ...`), dump their stacks on SIGUSR2 (faulthandler) and write a
+flight record per rank when a collective times out; these functions read all that.
+"""
+
+import argparse
+import math
+import os
+import pickle
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+# A job's own lines and its errors; not the stack traces, nor torchrun's failure report.
+KEY = re.compile(r"^\[rank\d\] |\w+Error\b|Detected mismatch|failed to pass|^(port|node) \d")
+NOISE = re.compile(r"ChildFailedError|raise |^frame #|^Exception raised from")
+PID_LINE = re.compile(r"^\[rank(\d+)\] pid (\d+) ", re.MULTILINE)
+# faulthandler prints the threads newest first, so a dump ends with the main thread's
+# outermost frame: the script's module level.
+END_OF_DUMP = r'^  File ".*", line \d+ in <module>$'
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type for a timeout: a finite number of seconds above 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return seconds
+
+
+def add_hang_options(parser: argparse.ArgumentParser, timeout: float, checks_in: str, fixed: str):
+    """The options of the hang scripts (`04_multinode/hangs/`): --timeout, the process
+    group's, instead of the backend's default; --monitored_barrier, where every rank
+    checks in (`checks_in`: when); --fixed, the run without the bug (`fixed`: what)."""
+    parser.add_argument(
+        "--timeout", type=positive_seconds, default=timeout, help="process group timeout (s)"
+    )
+    parser.add_argument(
+        "--monitored_barrier",
+        action="store_true",
+        help=f"every rank checks in at a monitored barrier {checks_in}",
+    )
+    parser.add_argument("--fixed", action="store_true", help=fixed)
+
+
+def key_lines(output: str, width: int = 260) -> list[str]:
+    """The lines of a failed job's output that matter (also part 1's troubleshooting)."""
+    lines = output.splitlines()
+    return [line[:width] for line in lines if KEY.search(line) and not NOISE.search(line)]
+
+
+def rank_pids(job, world_size: int, timeout: float) -> dict[int, int]:
+    """{rank: PID} of a running job, from the line each rank prints first."""
+    for rank in range(world_size):
+        job.wait_for(rf"^\[rank{rank}\] pid \d+ ", timeout)
+    return {int(rank): int(pid) for rank, pid in PID_LINE.findall(job.output)}
+
+
+def faulthandler_stacks(job, pids: dict[int, int], timeout: float) -> dict[int, str]:
+    """Each rank's own dump of its threads' stacks (SIGUSR2, faulthandler), read from the
+    job's output. The ranks share one output stream, so one rank at a time: the next
+    rank is signalled once the previous dump has ended. Written for this lesson's 2
+    ranks: the second dump is read once the job has ended (a hung job ends failing,
+    at its process group's timeout)."""
+    first, second = sorted(pids)
+    os.kill(pids[first], signal.SIGUSR2)
+    job.wait_for(END_OF_DUMP, timeout)
+    os.kill(pids[second], signal.SIGUSR2)
+    job.wait(timeout, expect_failure=True)
+    return dict(zip((first, second), stack_dumps(job.output), strict=False))
+
+
+def stack_dumps(output: str) -> list[str]:
+    """The faulthandler dumps in a command's output, in order."""
+    dumps, current = [], None
+    for line in output.splitlines():
+        if re.match(r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):", line):
+            current = [] if current is None else current
+        if current is not None and (
+            line.startswith(("Current thread", "Thread", "  File")) or not line
+        ):
+            current.append(line)
+            if re.match(END_OF_DUMP, line):
+                dumps.append("\n".join(current))
+                current = None
+    return dumps
+
+
+def py_spy() -> str | None:
+    """The py-spy command of this Python environment (requirements.txt installs it)."""
+    here = Path(sys.executable).parent
+    return shutil.which("py-spy", path=f"{here}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+class PySpyFailed(RuntimeError):
+    """py-spy could not read the process; the message is py-spy's own."""
+
+
+def py_spy_dump(pid: int, until: str, timeout: float, nonblocking: bool = False) -> str:
+    """`py-spy dump --pid PID`: the Python stack of every thread of a process, read from
+    outside it (ptrace). Asked again, a tenth of a second apart, until the dump matches
+    the regular expression `until` (a rank can be a moment away from the call it will
+    hang in) or `timeout` seconds have passed. Attaching can fail for a moment (a thread
+    that starts or ends meanwhile): a failure counts only if it lasts to the end.
+    `nonblocking` reads without stopping the process: needed for a stopped process."""
+    command = [py_spy() or "py-spy", "dump", "--pid", str(pid)]
+    command += ["--nonblocking"] if nonblocking else []
+    # Plain text: a Jupyter kernel sets CLICOLOR_FORCE, and py-spy would colour its dump.
+    plain = {k: v for k, v in os.environ.items() if k not in ("CLICOLOR_FORCE", "FORCE_COLOR")}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            done = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env={**plain, "NO_COLOR": "1"},
+            )
+        except FileNotFoundError:
+            raise PySpyFailed("py-spy is not installed: pip install -r requirements.txt") from None
+        if done.returncode == 0 and re.search(until, done.stdout):
+            return done.stdout
+        if time.monotonic() > deadline:
+            if done.returncode != 0:
+                said = (done.stderr + done.stdout).split("Stack backtrace:")[0]
+                lines = [line.strip() for line in said.splitlines() if line.strip()]
+                raise PySpyFailed("; ".join(lines))
+            raise TimeoutError(f"py-spy: no stack of PID {pid} matched {until!r}:\n{done.stdout}")
+        time.sleep(0.1)
+
+
+def why_py_spy_cannot_run() -> str | None:
+    """None when py-spy can read another process of this user here, else why not. The
+    probe reads this very process, which is not a child of py-spy, as the ranks of a
+    job are not: where Yama's ptrace_scope is 1 (Ubuntu's default), only root can."""
+    try:
+        py_spy_dump(os.getpid(), until="", timeout=3)
+    except PySpyFailed as failure:
+        scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+        setting = (
+            f" (kernel.yama.ptrace_scope={scope.read_text().strip()})" if scope.exists() else ""
+        )
+        return f"py-spy cannot read this user's processes here{setting}: {failure}"
+    return None
+
+
+def wait_for_state(pid: int, state: str, timeout: float) -> str:
+    """Wait until the kernel reports the process in `state` ('stopped', 'sleeping', ...:
+    psutil's names), polling it; return the state."""
+    deadline = time.monotonic() + timeout
+    while (now := psutil.Process(pid).status()) != state:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"PID {pid} is {now!r}, not {state!r}, after {timeout:g} s")
+        time.sleep(0.05)
+    return now
+
+
+def tcp_ports(pids: dict[str, int]) -> list[tuple[str, str, int, str]]:
+    """(process, state, local port, remote address) of every TCP socket of each named
+    process: what a firewall between nodes would have to let through."""
+    sockets = []
+    for name, pid in pids.items():
+        process = psutil.Process(pid)
+        # psutil 6 renamed connections() to net_connections()
+        listing = getattr(process, "net_connections", None) or process.connections
+        for connection in listing(kind="tcp"):
+            remote = f"{connection.raddr.ip}:{connection.raddr.port}" if connection.raddr else ""
+            sockets.append((name, connection.status, connection.laddr.port, remote))
+    return sorted(sockets)
+
+
+def read_flight_records(folder: Path) -> dict[int, dict]:
+    """{rank: record} from the files `<prefix><rank>` a job wrote to `folder`."""
+    records = {}
+    for path in sorted(Path(folder).iterdir()):
+        rank = int(re.search(r"(\d+)$", path.name).group(1))
+        records[rank] = pickle.loads(path.read_bytes())
+    return records
+
+
+def repair_for_fr_trace(folder: Path, repaired: Path) -> None:
+    """Copy a gloo job's flight records into `repaired`, with the table of process
+    groups keyed by the names their entries use. gloo records the group before it gets
+    its name (key ''), while each entry names it ('0'): PyTorch's reader, which looks
+    groups up by that name, then stops with a KeyError."""
+    repaired.mkdir(parents=True, exist_ok=True)
+    for path in sorted(Path(folder).iterdir()):
+        record = pickle.loads(path.read_bytes())
+        ranks = {group["ranks"] for group in record["pg_config"].values()}
+        if len(ranks) == 1:  # one group: the default one, as in this lesson's scripts
+            (members,) = ranks
+            groups = {tuple(entry["process_group"]) for entry in record["entries"]}
+            record["pg_config"] = {
+                name: {"name": name, "desc": desc, "ranks": members} for name, desc in groups
+            }
+        (repaired / path.name).write_bytes(pickle.dumps(record))
+
+
+def last_collectives(records: dict[int, dict], count: int = 3) -> list[str]:
+    """Each rank's last `count` collectives as table rows, with the script line that
+    made each call (the flight record keeps the Python stack of every call)."""
+    rows = [f"{'rank':>4}  {'seq':>3}  {'call':<17} {'input sizes':<12} called from"]
+    for rank, record in sorted(records.items()):
+        for entry in record["entries"][-count:]:
+            caller = next(
+                (
+                    f"{Path(f['filename']).name}:{f['line']} {f['name']}"
+                    for f in entry.get("frames", [])
+                    if "torch" not in Path(f["filename"]).parts
+                ),
+                "",
+            )
+            sizes = str(entry["input_sizes"])
+            rows.append(
+                f"{rank:>4}  {entry['collective_seq_id']:>3}  {entry['profiling_name']:<17} "
+                f"{sizes:<12} {caller}"
+            )
+    return rows
