@@ -116,26 +116,3 @@ def test_the_sbatch_script_refuses_a_wrong_folder(slurm_installed, tmp_path):
     assert f"{Path(tmp_path) / 'multinode.py'} not found; submit from the lesson folder" in (
         failure.value.output
     )
-
-
-def test_a_job_requeued_near_its_time_limit_resumes_where_it_stopped(slurm_installed, tmp_path):
-    """The sbatch script's trap: SIGUSR1 to the batch shell (what `--signal=B:USR1@120`
-    sends two minutes before the limit) requeues the job; every rank stops at one step
-    and saves it; the job runs again and resumes from that step, to the end."""
-    with slurm.LocalCluster(nodes=2) as cluster:
-        options = ["--gpus-per-node=0", f"--chdir={tmp_path}", "--export=ALL,NPROC_PER_NODE=1"]
-        job_id = cluster.sbatch(
-            SBATCH, "20", "10", "--batch_size", "8", cwd=LESSON, options=options
-        )
-        cluster.wait_for_line(job_id, r"^\[rank0\] epoch 2 \|", timeout=120)
-        cluster.command("scancel", "--batch", "--signal=USR1", str(job_id))
-        cluster.wait_for_state(job_id, "PENDING", timeout=60)  # requeued: waiting again
-        # Slurm holds a requeued job for a while (EligibleTime); an admin may let it go.
-        cluster.command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
-        job, output = cluster.wait(job_id, timeout=180, show=False)
-    assert (job["JobState"], job["ExitCode"], job["Restarts"]) == ("COMPLETED", "0:0", "1")
-    stops = re.findall(r"^\[rank(\d)\] epoch (\d+) \| stop agreed before step (\d+)", output, re.M)
-    assert sorted(rank for rank, *_ in stops) == ["0", "1"], output
-    ((epoch, step),) = {(e, s) for _, e, s in stops}  # one step, on both ranks
-    assert f"continuing at epoch {epoch} step {step}" in output
-    assert "start number 2" in output and "training finished: 20 epochs" in output
