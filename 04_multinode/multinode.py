@@ -228,10 +228,10 @@ class Trainer:
         # A temporary file of this writer's own, fsync, rename: a crash mid-write leaves
         # the previous snapshot, and writers on other nodes never mix bytes with ours.
         save_atomic(snapshot, self.snapshot_path)
-        # Step 0 of an epoch is the end of the one before: say it as at an epoch's end.
-        done = (
-            f"epoch {epochs_run - 1}" if steps_run == 0 else f"epoch {epochs_run} step {steps_run}"
-        )
+        # Step 0 of an epoch is the end of the one before: said as at an epoch's end.
+        done = f"epoch {epochs_run} step {steps_run}"
+        if steps_run == 0:  # (a stop before the first step saves the untrained model)
+            done = f"epoch {epochs_run - 1}" if epochs_run else "before the first step"
         log(f"{done} | snapshot saved to {self.snapshot_path.resolve()}")
 
     def train(self, max_epochs: int) -> bool:
