@@ -64,9 +64,11 @@ def stop_the_agent() -> None:
 
     A worker started by torchrun is its agent's child (torchrun sets
     TORCHELASTIC_RUN_ID for it). SIGTERM makes the agent forward SIGTERM to its
-    workers, wait for them, and exit non-zero, spending no restart. Call it from one
-    worker per agent (LOCAL_RANK 0), and before the others exit: the agent must hear
-    it before it notices a worker gone, or it would start a restart first.
+    workers, wait for them, and exit non-zero, spending no restart. Every worker may
+    call it: only LOCAL_RANK 0 sends the signal (one per agent; a second SIGTERM would
+    cut the agent's wait for its workers short). Follow it with a barrier before any
+    worker exits: the agent must hear it before it notices a worker gone, or it would
+    start a restart first.
     """
     if "TORCHELASTIC_RUN_ID" not in os.environ or os.environ.get("LOCAL_RANK", "0") != "0":
         return
