@@ -28,7 +28,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from common.cli import LessonArgumentParser
+from common.cli import LessonArgumentParser, positive_seconds
 from common.distributed import backend_for, device_for, end_process, log, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 slow_rank.py --delays 1 30 --timeout 3"
@@ -40,10 +40,12 @@ def main() -> None:
     parser.add_argument(
         "--delays", type=float, nargs="+", default=[1.0, 30.0], help="rank 1's delays (s)"
     )
-    parser.add_argument("--timeout", type=float, default=3.0, help="process group timeout (s)")
+    parser.add_argument(
+        "--timeout", type=positive_seconds, default=3.0, help="process group timeout (s)"
+    )
     args = parser.parse_args()
-    if min(args.delays) < 0 or args.timeout <= 0:
-        parser.error("--delays must be >= 0 and --timeout > 0")
+    if min(args.delays) < 0:
+        parser.error("--delays must be >= 0")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     if world_size < 2:
         parser.error("needs at least 2 processes: a rank to be slow and one to wait for it")

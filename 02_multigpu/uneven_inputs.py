@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common.cli import LessonArgumentParser
+from common.cli import LessonArgumentParser, positive_seconds
 from common.data import SyntheticRegression
 from common.distributed import backend_for, device_for, end_process, log, torchrun_env
 from common.models import regression_model
@@ -55,10 +55,12 @@ def main() -> None:
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
     parser.add_argument("--join", action="store_true", help="wrap the loop in Join([model])")
     parser.add_argument("--batches", type=int, default=4, help="batches on rank 0 (rank r: +r)")
-    parser.add_argument("--timeout", type=float, default=3.0, help="process group timeout (s)")
+    parser.add_argument(
+        "--timeout", type=positive_seconds, default=3.0, help="process group timeout (s)"
+    )
     args = parser.parse_args()
-    if args.batches < 1 or args.timeout <= 0:
-        parser.error("--batches must be >= 1 and --timeout > 0")
+    if args.batches < 1:
+        parser.error("--batches must be >= 1")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     if not args.join and device.type == "cuda":

@@ -30,7 +30,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from common.cli import LessonArgumentParser
+from common.cli import LessonArgumentParser, positive_seconds
 from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 node_report.py"
@@ -46,7 +46,10 @@ def resolved_address(hostname: str) -> str:
 def main() -> None:
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
     parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for the other processes"
+        "--timeout",
+        type=positive_seconds,
+        default=60.0,
+        help="seconds to wait for the other processes",
     )
     args = parser.parse_args()
     if args.timeout <= 0:

@@ -8,6 +8,7 @@ status 2 like argparse does.
 """
 
 import argparse
+import math
 import sys
 
 
@@ -36,3 +37,14 @@ def natural_int(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
     return int(text)
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type for a timeout: a finite number of seconds above 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return seconds

@@ -9,7 +9,6 @@ flight record per rank when a collective times out; these functions read all tha
 """
 
 import argparse
-import math
 import os
 import pickle
 import re
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from common.cli import positive_seconds
+
 # A job's own lines and its errors; not the stack traces, nor torchrun's failure report.
 KEY = re.compile(r"^\[rank\d\] |\w+Error\b|Detected mismatch|failed to pass|^(port|node) \d")
 NOISE = re.compile(r"ChildFailedError|raise |^frame #|^Exception raised from")
@@ -29,17 +30,6 @@ PID_LINE = re.compile(r"^\[rank(\d+)\] pid (\d+) ", re.MULTILINE)
 # faulthandler prints the threads newest first, so a dump ends with the main thread's
 # outermost frame: the script's module level.
 END_OF_DUMP = r'^  File ".*", line \d+ in <module>$'
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse type for a timeout: a finite number of seconds above 0."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return seconds
 
 
 def add_hang_options(parser: argparse.ArgumentParser, timeout: float, checks_in: str, fixed: str):

@@ -71,8 +71,9 @@ def test_monitored_barrier_has_nothing_to_say_of_collectives_in_different_orders
     output = launch("order", "--timeout 3 --monitored_barrier", tmp_path)
     output = output.wait(timeout=180, expect_failure=True)
     assert "monitoredBarrier" not in output
-    for rank in (0, 1):
-        assert "Timed out waiting 3000ms" in lines_of(output, rank)
+    # The job ended by the collective's timeout. (On a busy machine one rank times out
+    # first and exits; the other may then report the closed connection instead.)
+    assert any("Timed out waiting 3000ms" in lines_of(output, rank) for rank in (0, 1)), output
 
 
 def test_py_spy_reads_the_stack_of_a_running_python_process(tmp_path):

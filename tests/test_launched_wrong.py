@@ -62,7 +62,7 @@ WRONG_VALUES = [
     ("02_multigpu/single_gpu.py", ["20", "0"], "argument save_every: '0' is not a positive"),
     ("02_multigpu/multigpu.py", ["20", "5", "--world_size", "0"], "--world_size: '0' is not a"),
     ("02_multigpu/multigpu.py", ["20", "5", "--gpus", "2"], "unrecognized arguments: --gpus 2"),
-    ("02_multigpu/slow_rank.py", ["--timeout", "0"], "--timeout > 0"),
+    ("02_multigpu/slow_rank.py", ["--timeout", "0"], "--timeout: '0' is not a positive"),
     ("02_multigpu/uneven_inputs.py", ["--batches", "0"], "--batches must be >= 1"),
     ("02_multigpu/scaling.py", ["--epochs", "1"], "--epochs 1 is too small"),
     ("02_multigpu/ddp_options/bucket_view.py", ["--layers", "0"], "--layers: '0' is not a posit"),
@@ -100,6 +100,7 @@ WRONG_VALUES = [
         ["--timeout", "-1"],
         "'-1' is not a positive",
     ),
+    ("04_multinode/node_report.py", ["--timeout", "nan"], "--timeout: 'nan' is not a positive"),
 ]
 
 # Commands also run by a real interpreter, to show the forked runner gives the same.
