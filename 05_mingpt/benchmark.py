@@ -1,16 +1,20 @@
-"""Lesson 05: measure the lesson's two speed targets (reported, never asserted).
+"""Lesson 05: measure the lesson's targets (reported, never asserted).
 
     python benchmark.py throughput    # 1 single-threaded process vs 2 DDP processes
     python benchmark.py throughput --batch_size 32 --repeats 1   # the classroom batch
-    python benchmark.py classroom     # the notebook's run: when does validation < 2.0?
+    python benchmark.py classroom     # 3 minutes of the classroom run: validation < 2.0?
+    python benchmark.py split         # one global batch as 1 x 4 and as 4 x 1: same weights?
 
 `throughput` runs main.py with the same settings (the lesson's model, float32, no
 validation in between, a batch of `--batch_size` sequences per process) once with 1
 process and once with 2, each process using one thread, and compares their tokens
-per second; it alternates the two `--repeats` times and prints every ratio and the
-median. `classroom` runs the notebook's classroom command and reads its metrics
-file. Both work in a temporary folder and print one line per result. Run them on a
-quiet machine: other jobs on the same cores change the numbers.
+per second and MFU; it alternates the two `--repeats` times and prints every ratio
+and the median. `classroom` runs the notebook's classroom settings for
+`--epochs` epochs (about 3 minutes on 2 cores) and prints the validation loss
+reached after 1, 2 and 3 minutes of training. `split` trains 10 steps of a global
+batch of 128 as 1 process x 4 micro-batches and as 4 processes x 1, and prints how
+far apart the weights end. All work in a temporary folder and print one line per
+result. Run them on a quiet machine: other jobs on the same cores change the numbers.
 """
 
 import json
@@ -20,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
 from config import load_config
 
 from common.cli import LessonArgumentParser, positive_int
@@ -29,7 +34,7 @@ LAUNCH = "python benchmark.py throughput"
 
 HERE = Path(__file__).resolve().parent
 MAIN = HERE / "main.py"
-CLASSROOM = "trainer.mixed_precision=false trainer.eval_every=50"
+CLASSROOM = "trainer.amp=off trainer.eval_every=25"
 
 # Why these settings. A first measurement with the classroom's 32 sequences per step,
 # 60 steps all timed, gave 1.41x (12,113 vs 17,100 tokens/s). Where the time goes,
@@ -71,7 +76,7 @@ CLASSROOM = "trainer.mixed_precision=false trainer.eval_every=50"
 #   both; the median ratio is the result.
 WARMUP_STEPS = 5
 SETTINGS = (
-    "trainer.mixed_precision=false trainer.eval_every=100000 trainer.sample_chars=0 "
+    "trainer.amp=off trainer.eval_every=100000 trainer.sample_chars=0 "
     f"trainer.max_epochs=1000 trainer.log_every={WARMUP_STEPS}"
 )
 
@@ -82,7 +87,8 @@ def tokens_per_second(nproc: int, steps: int, batch_size: int, block_size: int) 
     with tempfile.TemporaryDirectory() as folder:
         run(
             f"torchrun --standalone --nproc_per_node={nproc} {MAIN} {SETTINGS} "
-            f"trainer.max_steps={steps} trainer.batch_size={batch_size}",
+            f"trainer.max_steps={steps} trainer.batch_size={batch_size} "
+            f"trainer.global_batch_size={batch_size * nproc} optimizer.warmup_steps=1",
             cwd=folder,
             timeout=60 * 30,
             quiet=True,
@@ -93,9 +99,10 @@ def tokens_per_second(nproc: int, steps: int, batch_size: int, block_size: int) 
     first, last = train[0], train[-1]
     tokens = (last["step"] - first["step"]) * batch_size * nproc * block_size
     seconds = last["seconds"] - first["seconds"]
+    mfu = statistics.mean(r["mfu"] for r in train[1:])
     print(
-        f"{nproc} process(es), 1 thread each: {tokens / seconds:,.0f} tokens/s "
-        f"(steps {first['step']}-{last['step']} in {seconds:.1f} s)",
+        f"{nproc} process(es), 1 thread each: {tokens / seconds:,.0f} tokens/s, MFU "
+        f"{mfu:.0%} (steps {first['step']}-{last['step']} in {seconds:.1f} s)",
         flush=True,
     )
     return tokens / seconds
@@ -124,22 +131,26 @@ def throughput(steps: int, batch_size: int, repeats: int) -> None:
     )
 
 
-def classroom() -> None:
+def classroom(epochs: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         run(
-            f"torchrun --standalone --nproc_per_node=2 {MAIN} {CLASSROOM}",
+            f"torchrun --standalone --nproc_per_node=2 {MAIN} {CLASSROOM} "
+            f"trainer.max_epochs={epochs}",
             cwd=folder,
             timeout=60 * 30,
             quiet=True,
         )
         lines = Path(folder, "metrics.jsonl").read_text().splitlines()
-    records = [json.loads(line) for line in lines]
-    val = [r for r in records if r["kind"] == "val"]
+    val = [r for r in map(json.loads, lines) if r["kind"] == "val"]
+    print(f"validation loss at the start: {val[0]['loss']:.3f} ({epochs} epochs, {CLASSROOM})")
+    for minutes in (1, 2, 3):
+        reached = [r for r in val if r["seconds"] <= 60 * minutes]
+        last = reached[-1]
+        print(
+            f"after {minutes} min of training: {last['loss']:.3f} (step {last['step']}, "
+            f"{last['seconds']:.0f} s)"
+        )
     below = next((r for r in val if r["loss"] < 2.0), None)
-    print(
-        f"validation loss: {val[0]['loss']:.3f} at the start, {val[-1]['loss']:.3f} after "
-        f"{val[-1]['seconds']:.0f} s of training ({val[-1]['step']} steps)"
-    )
     if below is None:
         print("validation loss never went below 2.0 (target: within 180 s of training)")
     else:
@@ -149,9 +160,30 @@ def classroom() -> None:
         )
 
 
+def split() -> None:
+    """The same 10 steps of a global batch of 128 as 1 x 4 and as 4 x 1."""
+    weights = {}
+    for nproc, micro_batches in ((1, 4), (4, 1)):
+        with tempfile.TemporaryDirectory() as folder:
+            run(
+                f"torchrun --standalone --nproc_per_node={nproc} {MAIN} trainer.amp=off "
+                "trainer.global_batch_size=128 trainer.batch_size=32 trainer.max_steps=10 "
+                "optimizer.warmup_steps=5 trainer.sample_chars=0 trainer.log_every=10",
+                cwd=folder,
+                timeout=60 * 30,
+                quiet=True,
+                env={"OMP_NUM_THREADS": "1"},
+            )
+            weights[nproc] = torch.load(Path(folder, "snapshot.pt"))["model"]
+        print(f"{nproc} process(es) x {micro_batches} micro-batch(es) of 32: trained", flush=True)
+    largest = max((weights[1][k] - weights[4][k]).abs().max().item() for k in weights[1])
+    print(f"after 10 steps, the largest difference between the two runs' weights: {largest:.2e}")
+
+
 def main() -> int:
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
-    parser.add_argument("what", choices=["throughput", "classroom"])
+    parser.add_argument("what", choices=["throughput", "classroom", "split"])
+    parser.add_argument("--epochs", type=positive_int, default=14, help="classroom epochs")
     parser.add_argument("--steps", type=positive_int, default=40, help="steps per run")
     parser.add_argument(
         "--batch_size", type=positive_int, default=128, help="sequences per process and step"
@@ -159,7 +191,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=positive_int, default=3, help="pairs of runs")
     args = parser.parse_args()
     if args.what == "classroom":
-        classroom()
+        classroom(args.epochs)
+    elif args.what == "split":
+        split()
     elif args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
     else:

@@ -7,19 +7,23 @@ ships in `pydoc_data.topics` (the text behind `help("for")`): a few hundred thou
 characters, how many depending on the Python version. Any UTF-8 text file works
 instead (`--data FILE`).
 
-Every rank builds the very same dataset and the very same split: the text is cut
-into non-overlapping chunks, and a generator seeded from the config, not the global
-random state, decides which chunks are held out for validation. (The official
-series splits with an unseeded `random_split`, so each rank validates on chunks that
-another rank trains on.) Sharding the training chunks between ranks is the job of
-the DistributedSampler.
+The split is contiguous: the first part of the text trains, the last
+`val_fraction` validates, so no validation window shares a sentence with a training
+one. Training windows start at random offsets, as minGPT's do (it takes every offset,
+so consecutive examples overlap): an epoch is as many windows as the training text
+has blocks, each at an offset drawn from (seed, epoch, the window's global index). So
+every rank computes the same offsets on its own, and which text a step trains on
+does not depend on how the step is split among ranks and micro-batches: the
+DistributedSampler only decides which rank takes which global index. (Per-rank
+random streams would give each rank other windows, and a world of 4 would train on
+other text than a world of 2.) Validation windows are fixed and do not overlap.
 """
 
 import math
 from pathlib import Path
 
 import torch
-from torch.utils.data import Dataset, Subset, random_split
+from torch.utils.data import Dataset
 
 
 class DataError(Exception):
@@ -47,29 +51,16 @@ def load_text(path: str | None) -> tuple[str, str]:
     return text, str(file)
 
 
-class CharDataset(Dataset):
-    """Chunks of `block_size + 1` characters as (input, target) pairs, the target
-    being the input shifted by one character."""
+class Vocabulary:
+    """The characters of a text, each with its index."""
 
-    def __init__(self, text: str, block_size: int):
+    def __init__(self, text: str):
         self.chars = "".join(sorted(set(text)))
         self.index_of = {char: index for index, char in enumerate(self.chars)}
-        self.data = torch.tensor([self.index_of[char] for char in text], dtype=torch.long)
-        self.block_size = block_size
 
     @property
     def vocab_size(self) -> int:
         return len(self.chars)
-
-    def __len__(self) -> int:
-        # Chunk i covers characters [i*block_size, (i+1)*block_size]: neighbours share
-        # only their boundary character.
-        return (len(self.data) - 1) // self.block_size
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        start = index * self.block_size
-        chunk = self.data[start : start + self.block_size + 1]
-        return chunk[:-1], chunk[1:]
 
     def encode(self, text: str) -> torch.Tensor:
         unknown = sorted(set(text) - set(self.chars))
@@ -83,21 +74,63 @@ class CharDataset(Dataset):
         return "".join(self.chars[int(index)] for index in indices)
 
 
+class RandomWindows(Dataset):
+    """Training examples: windows of `block_size + 1` characters of `data` at random
+    offsets, as (input, target), the target being the input shifted by one character.
+    Call `set_epoch` before each epoch (every rank, the same epoch)."""
+
+    def __init__(self, data: torch.Tensor, block_size: int, seed: int):
+        self.data, self.block_size, self.seed = data, block_size, seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        # One generator per (seed, epoch), drawing every offset of the epoch at once:
+        # offset i depends on the seed, the epoch and i alone. (The factor keeps the
+        # seeds of (seed, epoch) pairs apart for any epoch below it.)
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        highest = len(self.data) - self.block_size - 1  # the last window that fits
+        self.offsets = torch.randint(0, highest + 1, (len(self),), generator=generator)
+
+    def __len__(self) -> int:
+        return (len(self.data) - 1) // self.block_size  # windows per epoch
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = int(self.offsets[index])
+        window = self.data[start : start + self.block_size + 1]
+        return window[:-1], window[1:]
+
+
+class FixedWindows(Dataset):
+    """Validation examples: consecutive windows that share only a boundary character."""
+
+    def __init__(self, data: torch.Tensor, block_size: int):
+        self.data, self.block_size = data, block_size
+
+    def __len__(self) -> int:
+        return (len(self.data) - 1) // self.block_size
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = index * self.block_size
+        window = self.data[start : start + self.block_size + 1]
+        return window[:-1], window[1:]
+
+
 def build_datasets(
-    path: str | None, block_size: int, val_fraction: float, split_seed: int
-) -> tuple[CharDataset, Subset, Subset, str]:
-    """(the whole dataset, its training part, its validation part, the source name)."""
+    path: str | None, block_size: int, val_fraction: float, seed: int
+) -> tuple[Vocabulary, RandomWindows, FixedWindows, str]:
+    """(the text's vocabulary, the training windows, the validation windows, the source)."""
     text, source = load_text(path)
-    dataset = CharDataset(text, block_size)
-    n_val = int(len(dataset) * val_fraction)
-    n_train = len(dataset) - n_val
-    if n_val < 1 or n_train < 1:
-        needed = block_size * max(math.ceil(1 / val_fraction), 2) + 1
+    vocabulary = Vocabulary(text)
+    data = torch.tensor([vocabulary.index_of[char] for char in text], dtype=torch.long)
+    n_val = int(len(data) * val_fraction)
+    train, val = RandomWindows(data[: -n_val or None], block_size, seed), None
+    if n_val > block_size:
+        val = FixedWindows(data[-n_val:], block_size)
+    if val is None or len(train) < 1:
+        needed = math.ceil((block_size + 1) / min(val_fraction, 1 - val_fraction)) + 1
         raise DataError(
-            f"{source} is too short: {len(text)} characters make {len(dataset)} chunks of "
-            f"{block_size}, too few to hold out {val_fraction:g} for validation; give at "
-            f"least {needed} characters or a smaller data.block_size"
+            f"{source} is too short: {len(text)} characters hold out {n_val} for validation "
+            f"({val_fraction:g}), too few for windows of {block_size}; give at least "
+            f"{needed} characters or a smaller data.block_size"
         )
-    generator = torch.Generator().manual_seed(split_seed)
-    train, val = random_split(dataset, [n_train, n_val], generator=generator)
-    return dataset, train, val, source
+    return vocabulary, train, val, source

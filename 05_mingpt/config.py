@@ -38,8 +38,7 @@ class ModelConfig:
 class DataConfig:
     path: str | None = None  # None: the pydoc_data.topics text that ships with Python
     block_size: int = 64  # characters of context, and the length of each chunk
-    val_fraction: float = 0.1
-    split_seed: int = 0
+    val_fraction: float = 0.1  # the text's last part, held out whole for validation
 
 
 @dataclass
@@ -55,15 +54,19 @@ class OptimizerConfig:
 
 @dataclass
 class TrainerConfig:
-    max_epochs: int = 3
-    batch_size: int = 32  # per process: the global batch is batch_size x world_size
+    max_epochs: int = 3  # an epoch: as many windows as the training text has blocks
+    global_batch_size: int = 64  # sequences per optimizer step, all processes together
+    batch_size: int = 32  # sequences per process and forward pass (a micro-batch)
     max_steps: int = 0  # stop after this many optimizer steps; 0: run every epoch
     save_every: int = 1  # snapshot every this many epochs
+    save_every_steps: int = 0  # and every this many steps; 0: at the ends of epochs only
     snapshot_path: str = "snapshot.pt"
     metrics_path: str = "metrics.jsonl"
     eval_every: int = 100  # steps between validation passes (and one after every epoch)
     log_every: int = 20  # steps between progress lines
-    mixed_precision: bool = True  # bf16 autocast on CPU; fp16 + GradScaler on CUDA
+    amp: str = "auto"  # auto | bf16 | fp16 | off: see precision.py
+    compile: bool = False  # torch.compile the model before the DDP wrap
+    peak_tflops: float = 0.0  # for MFU, per process; 0: measure a matmul at the start
     seed: int = 1337
     sample_chars: int = 300  # characters generated at the end; 0 for none
     sample_prompt: str = "def "
@@ -84,13 +87,15 @@ POSITIVE = {
     "model.n_layer", "model.n_head", "model.n_embd", "data.block_size", "optimizer.lr",
     "trainer.max_epochs", "trainer.batch_size", "trainer.save_every", "trainer.eval_every",
     "trainer.log_every", "optimizer.beta1", "optimizer.beta2", "trainer.temperature",
-    "trainer.top_k",
+    "trainer.top_k", "trainer.global_batch_size",
 }  # fmt: skip
 NOT_NEGATIVE = {
     "optimizer.min_lr", "optimizer.warmup_steps", "optimizer.weight_decay",
     "optimizer.grad_clip", "trainer.max_steps", "trainer.sample_chars",
+    "trainer.save_every_steps", "trainer.peak_tflops",
 }  # fmt: skip
 BELOW_ONE = {"model.dropout", "data.val_fraction", "optimizer.beta1", "optimizer.beta2"}
+CHOICES = {"trainer.amp": ("auto", "bf16", "fp16", "off")}
 
 
 def _convert(key: str, value, annotation):
@@ -110,6 +115,8 @@ def _convert(key: str, value, annotation):
             number = math.nan
         if math.isfinite(number):
             return number
+    if kind is str and isinstance(value, bool):  # YAML reads off, no, on, yes as booleans
+        raise ConfigError(f"{key}: YAML reads the value as {value}; quote it, as in {key}: 'off'")
     if kind is str and value is not None:
         return str(value)
     expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
@@ -127,6 +134,8 @@ def _check(config: Config) -> None:
                 raise ConfigError(f"{key}={value} must be >= 0")
             if key in BELOW_ONE and not 0 <= value < 1:
                 raise ConfigError(f"{key}={value} must be in [0, 1)")
+            if key in CHOICES and value not in CHOICES[key]:
+                raise ConfigError(f"{key}={value!r} must be one of {', '.join(CHOICES[key])}")
     if config.model.n_embd % config.model.n_head:
         raise ConfigError(
             f"model.n_embd={config.model.n_embd} must be divisible by "
@@ -136,6 +145,17 @@ def _check(config: Config) -> None:
         raise ConfigError(
             f"optimizer.min_lr={config.optimizer.min_lr} is above "
             f"optimizer.lr={config.optimizer.lr}"
+        )
+    trainer = config.trainer
+    if trainer.global_batch_size % trainer.batch_size:
+        raise ConfigError(
+            f"trainer.global_batch_size={trainer.global_batch_size} is not a multiple of "
+            f"trainer.batch_size={trainer.batch_size}"
+        )
+    if trainer.sample_chars and not trainer.sample_prompt:
+        raise ConfigError(
+            "trainer.sample_prompt is empty: the sample needs at least one character to "
+            "start from (or set trainer.sample_chars=0 for no sample)"
         )
 
 
@@ -192,6 +212,24 @@ def load_config(path: str | Path, overrides: list[str]) -> Config:
         _set(config, key, value, text)
     _check(config)
     return config
+
+
+def shaping_settings(config: Config) -> dict:
+    """The settings that decide what training computes: a snapshot stores them, and a
+    run that resumes it with other values would silently train another schedule.
+    (Not the micro-batch size, the precision or the paths: a resume may change those.)"""
+    settings = dataclasses.asdict(config)
+    trainer = {
+        name: settings["trainer"][name]
+        for name in ("max_epochs", "global_batch_size", "max_steps", "seed")
+    }
+    return {
+        **{f"model.{name}": value for name, value in settings["model"].items()},
+        "data.block_size": config.data.block_size,
+        "data.val_fraction": config.data.val_fraction,
+        **{f"optimizer.{name}": value for name, value in settings["optimizer"].items()},
+        **{f"trainer.{name}": value for name, value in trainer.items()},
+    }
 
 
 def describe(config: Config) -> list[str]:

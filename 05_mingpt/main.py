@@ -8,10 +8,16 @@ the current folder):
     torchrun --standalone --nproc_per_node=2 main.py --data input.txt   # any UTF-8 text
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 \
         --max-restarts=1 main.py --crash_epoch 1 --crash_step 5
+    torchrun --standalone --nproc_per_node=2 main.py trainer.max_epochs=5 \
+        --resume_with_new_config   # train a finished run longer (a new schedule)
 
 Settings come from train_cfg.yaml beside this file (or --config FILE), then from
 `section.name=value` overrides; rank 0 prints them all. On a cluster, the same
 script runs under Slurm: see slurm/sbatch_run.sh.
+
+A snapshot in the current folder is resumed, if it was trained with the same
+settings (model, data shape, optimizer, global batch, schedule, seed); others are
+refused in one line, unless --resume_with_new_config. A finished run says so.
 
 `--crash_epoch E --crash_step S [--crash_rank R]` (as in lesson 03, counted from 0)
 kills rank R hard at step S of epoch E, in the first attempt only: torchrun restarts
@@ -22,6 +28,7 @@ restarted worker may read a dead worker's address (lesson 03 explains it).
 """
 
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -29,6 +36,7 @@ import torch.distributed as dist
 from char_dataset import DataError, build_datasets
 from config import ConfigError, describe, load_config
 from model import GPT, GPTShape
+from resume import ResumeMismatch
 from trainer import Trainer
 
 from common.cli import LessonArgumentParser
@@ -40,6 +48,7 @@ from common.distributed import (
     log0,
     torchrun_env,
 )
+from common.preemption import stop_the_agent
 from common.snapshot import SnapshotError
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 main.py"
@@ -51,6 +60,11 @@ def parse_arguments():
     parser.add_argument("overrides", nargs="*", help="settings as section.name=value")
     parser.add_argument("--config", default=str(HERE / "train_cfg.yaml"), help="a YAML file")
     parser.add_argument("--data", help="a UTF-8 text file (default: pydoc_data.topics)")
+    parser.add_argument(
+        "--resume_with_new_config",
+        action="store_true",
+        help="resume a snapshot trained with other settings (e.g. more epochs)",
+    )
     crash = parser.add_argument_group("failure injection (once per job: not after a restart)")
     crash.add_argument("--crash_epoch", type=int, help="epoch at which a worker dies (from 0)")
     crash.add_argument("--crash_step", type=int, default=0, help="step of that epoch (from 0)")
@@ -58,11 +72,42 @@ def parse_arguments():
     return parser, parser.parse_args()
 
 
-def fail(parser: LessonArgumentParser, message: str):
-    """One line, from rank 0 only: every rank hits the same error with the same input."""
-    if current_rank() == 0:
-        parser.error(message)
+def fail(parser: LessonArgumentParser, message: str, every_rank: bool = False):
+    """One line and exit status 2: from rank 0 only when every rank hits the same error
+    with the same input, from `every_rank` when each has its own. Once the process
+    group exists every rank calls it, and torchrun is asked not to restart: the same
+    input would fail again (lesson 03, part 3)."""
+    if every_rank or current_rank() == 0:
+        sys.stderr.write(parser.error_line(message))
+    if dist.is_initialized():
+        if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+            stop_the_agent()
+        dist.barrier()  # the agent has been asked before any worker exits
+        dist.destroy_process_group()
+        end_process(2)
     raise SystemExit(2)
+
+
+def build_model(config, vocab_size: int, global_rank: int):
+    """The GPT of the config and its AdamW optimizer."""
+    # The same seed on every rank builds the same initial weights (DDP would broadcast
+    # rank 0's anyway); then each rank gets a random stream of its own for dropout.
+    torch.manual_seed(config.trainer.seed)
+    shape = GPTShape(
+        vocab_size=vocab_size,
+        block_size=config.data.block_size,
+        n_layer=config.model.n_layer,
+        n_head=config.model.n_head,
+        n_embd=config.model.n_embd,
+        dropout=config.model.dropout,
+    )
+    model = GPT(shape)
+    torch.manual_seed(config.trainer.seed + global_rank)
+    opt = config.optimizer
+    optimizer = torch.optim.AdamW(
+        model.optimizer_groups(opt.weight_decay), lr=opt.lr, betas=(opt.beta1, opt.beta2)
+    )
+    return model, optimizer
 
 
 def main():
@@ -71,13 +116,13 @@ def main():
         config = load_config(args.config, args.overrides)
         if args.data is not None:
             config.data.path = args.data
-        dataset, train_set, val_set, source = build_datasets(
+        vocabulary, train_set, val_set, source = build_datasets(
             config.data.path,
             config.data.block_size,
             config.data.val_fraction,
-            config.data.split_seed,
+            config.trainer.seed,
         )
-        dataset.encode(config.trainer.sample_prompt)  # fails now, not after the training
+        vocabulary.encode(config.trainer.sample_prompt)  # fails now, not after the training
     except (ConfigError, DataError) as error:
         fail(parser, str(error))
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
@@ -93,47 +138,43 @@ def main():
     for line in describe(config):
         log0(f"config {line}")
     log0(
-        f"data: {source}, {len(dataset.data):,} characters, {dataset.vocab_size} distinct; "
-        f"{len(train_set)} training and {len(val_set)} validation chunks of "
+        f"data: {source}, {vocabulary.vocab_size} distinct characters; {len(train_set)} "
+        f"training windows per epoch and {len(val_set)} validation windows of "
         f"{config.data.block_size}; world of {world_size} on {device.type} ({dist.get_backend()})"
     )
 
-    # The same seed on every rank builds the same initial weights (DDP would broadcast
-    # rank 0's anyway); then each rank gets a random stream of its own for dropout.
-    torch.manual_seed(config.trainer.seed)
-    shape = GPTShape(
-        vocab_size=dataset.vocab_size,
-        block_size=config.data.block_size,
-        n_layer=config.model.n_layer,
-        n_head=config.model.n_head,
-        n_embd=config.model.n_embd,
-        dropout=config.model.dropout,
-    )
-    model = GPT(shape)
-    torch.manual_seed(config.trainer.seed + global_rank)
+    model, optimizer = build_model(config, vocabulary.vocab_size, global_rank)
     log0(f"model: {sum(p.numel() for p in model.parameters()):,} parameters")
-    opt = config.optimizer
-    optimizer = torch.optim.AdamW(
-        model.optimizer_groups(opt.weight_decay), lr=opt.lr, betas=(opt.beta1, opt.beta2)
-    )
     try:
         trainer = Trainer(
-            config, model, optimizer, dataset, train_set, val_set, device,
-            local_rank, global_rank, world_size, crash_at,
+            config, model, optimizer, vocabulary, train_set, val_set, device,
+            local_rank, global_rank, world_size, crash_at, args.resume_with_new_config,
         )  # fmt: skip
-    except SnapshotError as error:
+    except ResumeMismatch as error:
+        fail(parser, str(error), every_rank=True)
+    except (ConfigError, SnapshotError) as error:
         fail(parser, str(error))
+    if trainer.finished:
+        log0(
+            f"{trainer.snapshot_path} holds a finished run ({trainer.step} of "
+            f"{trainer.total_steps} steps): delete it (or set trainer.snapshot_path) to "
+            "train again, or raise trainer.max_epochs and add --resume_with_new_config"
+        )
+        dist.destroy_process_group()
+        return
     if crash_at and not (
         0 <= crash_at[0] < world_size
         and 0 <= crash_at[1] < config.trainer.max_epochs
         and 0 <= crash_at[2] < trainer.steps_per_epoch
+        and crash_at[1] * trainer.steps_per_epoch + crash_at[2] < trainer.total_steps
     ):
         # A crash that never happens would let a demonstration pass for the wrong reason.
         fail(
             parser,
             f"--crash_rank {crash_at[0]} --crash_epoch {crash_at[1]} --crash_step {crash_at[2]} "
             f"never happens: ranks are 0 to {world_size - 1}, epochs 0 to "
-            f"{config.trainer.max_epochs - 1}, steps 0 to {trainer.steps_per_epoch - 1}",
+            f"{config.trainer.max_epochs - 1}, steps 0 to {trainer.steps_per_epoch - 1}, "
+            f"{trainer.total_steps} steps in all",
         )
     trainer.train()
 

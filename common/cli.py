@@ -21,8 +21,11 @@ class LessonArgumentParser(argparse.ArgumentParser):
         self.launch_hint = launch_hint
 
     def error(self, message: str):
-        sys.stderr.write(f"{self.prog}: {message}; launch it as: {self.launch_hint}\n")
+        sys.stderr.write(self.error_line(message))
         sys.exit(2)
+
+    def error_line(self, message: str) -> str:
+        return f"{self.prog}: {message}; launch it as: {self.launch_hint}\n"
 
 
 def positive_int(text: str) -> int:

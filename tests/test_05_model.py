@@ -119,10 +119,10 @@ def test_generate_is_reproducible_and_top_1_is_greedy():
 
 def test_config_overrides_are_typed():
     config = load_config(CONFIG, ["trainer.max_epochs=7", "optimizer.lr=1e-4", "optimizer.min_lr=0",
-                                  "trainer.mixed_precision=false", "trainer.sample_prompt=42",
+                                  "trainer.amp=off", "trainer.sample_prompt=42",
                                   "data.path=notes.txt"])  # fmt: skip
     assert config.trainer.max_epochs == 7 and config.optimizer.lr == 1e-4
-    assert config.trainer.mixed_precision is False and config.trainer.sample_prompt == "42"
+    assert config.trainer.amp == "off" and config.trainer.sample_prompt == "42"
     assert config.data.path == "notes.txt" and config.model.n_layer == 4  # from the YAML
 
 
@@ -145,17 +145,34 @@ def test_bad_settings_are_refused(override, message):
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
-def test_the_split_is_the_same_on_every_rank_and_holds_out_whole_chunks():
-    def split(seed):
-        _, train, val, _ = char_dataset.build_datasets(None, 64, 0.1, seed)
-        return list(train.indices), list(val.indices)
+def test_validation_is_the_texts_tail_and_training_windows_depend_on_seed_epoch_index():
+    text, _ = char_dataset.load_text(None)
+    vocabulary, train, val, _ = char_dataset.build_datasets(None, 64, 0.1, 1337)
+    held_out = int(0.1 * len(text))
+    # A contiguous split: no validation window shares a sentence with a training one.
+    assert vocabulary.decode(val.data) == text[-held_out:]
+    assert vocabulary.decode(train.data) == text[:-held_out]
+    assert vocabulary.decode(val[1][0]) == text[-held_out + 64 : -held_out + 128]
 
-    train, val = split(0)
-    assert (train, val) == split(0)  # what every rank computes for itself
-    assert split(1) != (train, val)
-    text, _ = char_dataset.load_text(None)  # its length depends on the Python version
-    assert not set(train) & set(val) and len(train) + len(val) == (len(text) - 1) // 64
-    assert len(val) == int(0.1 * (len(train) + len(val)))
+    # Another rank builds the same offsets for every epoch; each epoch draws new ones.
+    _, again, _, _ = char_dataset.build_datasets(None, 64, 0.1, 1337)
+    _, other_seed, _, _ = char_dataset.build_datasets(None, 64, 0.1, 1338)
+    offsets = {}
+    for epoch in (0, 1, 7):
+        for dataset in (train, again, other_seed):
+            dataset.set_epoch(epoch)
+        assert torch.equal(train.offsets, again.offsets)
+        assert not torch.equal(train.offsets, other_seed.offsets)
+        offsets[epoch] = train.offsets.clone()
+    assert not torch.equal(offsets[0], offsets[1]) and not torch.equal(offsets[1], offsets[7])
+    # Window i of an epoch is the text at offset i, its target shifted by one character;
+    # every offset leaves room for a whole window.
+    start = int(train.offsets[5])
+    inputs, targets = train[5]
+    assert vocabulary.decode(inputs) == text[start : start + 64]
+    assert vocabulary.decode(targets) == text[start + 1 : start + 65]
+    assert 0 <= int(train.offsets.min()) and int(train.offsets.max()) <= len(train.data) - 65
+    assert len(train) == (len(train.data) - 1) // 64  # an epoch: as many windows as blocks
 
 
 def test_no_file_states_this_pythons_text_size():
@@ -181,7 +198,7 @@ def test_bad_data_files_get_one_line(tmp_path):
     complaints = {
         "missing.txt": "--data missing.txt: no such file",
         "empty.txt": "--data empty.txt: the file is empty",
-        "short.txt": "is too short: 380 characters make 5 chunks of 64",
+        "short.txt": "is too short: 380 characters hold out 38 for validation (0.1), too few",
         "latin1.txt": "not UTF-8 text (byte 3 cannot be decoded)",
     }
     commands = [(MAIN, ["--data", name]) for name in complaints]

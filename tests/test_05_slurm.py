@@ -21,9 +21,11 @@ SBATCH = LESSON / "slurm" / "sbatch_run.sh"
 
 char_dataset = lesson_module("05_mingpt", "char_dataset")
 
-# A tiny model on a short text, two epochs of 21 steps: the job trains in seconds.
+# A tiny model on a short text, two epochs of 21 steps (a global batch of 4 processes x
+# 8 sequences): the job trains in seconds.
 TINY = (
     "model.n_layer=2 model.n_head=2 model.n_embd=32 data.block_size=32 trainer.batch_size=8 "
+    "trainer.global_batch_size=32 "
     "trainer.max_epochs=2 trainer.log_every=5 trainer.eval_every=1000 trainer.sample_chars=40 "
     "optimizer.warmup_steps=5"
 )
@@ -97,8 +99,8 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
             ("1", "[0, 1]", "[2, 3]", "[4, 4]"),
         ], results
 
-    _, train_set, _, _ = char_dataset.build_datasets(str(data), 32, 0.1, 0)
-    steps = len(train_set) // (8 * 4)  # chunks over the global batch of 4 x 8
+    _, train_set, _, _ = char_dataset.build_datasets(str(data), 32, 0.1, 1337)
+    steps = len(train_set) // 32  # windows per epoch over the global batch
     assert re.search(r"\[rank3\] injected failure: pid \d+ kills itself at epoch 1 step 10", output)
     assert output.count("injected failure") == 1  # not again after the restart
     for rank in range(4):

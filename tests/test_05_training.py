@@ -1,7 +1,9 @@
-"""Lesson 05 under torchrun: a run that crashes mid-epoch and resumes ends with exactly
-the weights of a run that never crashed, the validation loss is the mean over every
-rank's shard, a snapshot of another model is refused in one line, and the speed on each
-progress line is training time only (validation excluded)."""
+"""Lesson 05 under torchrun: a run that crashes mid-epoch and resumes from a mid-epoch
+snapshot ends with exactly the weights of a run that never crashed, and a metrics file
+without repeated rows; the validation loss is the mean over every rank's shard; a
+snapshot of other settings, of another model, or of ranks that disagree is refused in
+one line; a finished run says so; trainer.max_steps stops with a snapshot; and the
+speed on each progress line is training time only (validation excluded)."""
 
 import json
 import math
@@ -14,7 +16,8 @@ import torch
 from conftest import REPO, lesson_module
 from torch.utils.data import DistributedSampler
 
-from common.launch import run
+from common.launch import run, start
+from common.ports import free_port
 
 LESSON = REPO / "05_mingpt"
 MAIN = LESSON / "main.py"
@@ -22,16 +25,17 @@ MAIN = LESSON / "main.py"
 char_dataset = lesson_module("05_mingpt", "char_dataset")
 gpt = lesson_module("05_mingpt", "model")
 
-# A tiny model on a short text: 42 steps per epoch, seconds per run. Dropout is on so
-# that the resume must restore every rank's random stream to replay exactly, and
-# mixed precision (bf16 on CPU) is on, as in the YAML. Validation every 15 steps falls
-# inside the progress intervals of 10.
+# A tiny model on a short text: 42 steps per epoch of a global batch of 16 (2 processes
+# x 8), seconds per run. Dropout is on so that the resume must restore every rank's
+# random stream to replay exactly, and mixed precision is bf16. Validation every 15
+# steps falls inside the progress intervals of 10; a snapshot every 10 steps.
 TINY = (
     "model.n_layer=2 model.n_head=2 model.n_embd=32 model.dropout=0.1 data.block_size=32 "
-    "trainer.batch_size=8 trainer.max_epochs=3 trainer.log_every=10 trainer.eval_every=15 "
-    "trainer.sample_chars=40"
+    "trainer.global_batch_size=16 trainer.batch_size=8 trainer.max_epochs=3 "
+    "trainer.log_every=10 trainer.eval_every=15 trainer.save_every_steps=10 "
+    "trainer.sample_chars=40 trainer.amp=bf16"
 )
-TOKENS_PER_STEP = 8 * 2 * 32  # batch size x processes x block size
+TOKENS_PER_STEP = 16 * 32  # global batch x block size
 VALIDATION = re.compile(r"\[rank0\] end of epoch (\d)/3: step \d+/\d+ validation loss ([\d.]+)")
 
 
@@ -76,7 +80,8 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, t
         r"\[rank1\] injected failure: pid \d+ kills itself at epoch 1 step 17", crashed
     )
     assert crashed.count("injected failure") == 1  # once: not again after the restart
-    assert "resuming from snapshot snapshot.pt: 1 epochs, 42 steps done" in crashed
+    # Step 17 of epoch 1 is step 59; the last snapshot, of every 10 steps, is step 50's.
+    assert "resuming from snapshot snapshot.pt: 1 epochs, 50 steps done" in crashed
     assert "[rank0] finished after 1 restart(s)" in crashed
     assert "injected failure" not in straight and "resuming" not in straight
 
@@ -91,14 +96,27 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, t
         for key, tensor in state.items():
             assert torch.equal(tensor, final[1]["optimizer"]["state"][index][key]), (index, key)
     # The same losses printed, and the same sample written at the end.
-    assert VALIDATION.findall(straight) == VALIDATION.findall(crashed)[-3:]
+    assert VALIDATION.findall(straight) == VALIDATION.findall(crashed) != []
     sample = re.compile(r"^\[rank0\] \| .*$", re.MULTILINE)
     assert sample.findall(straight) == sample.findall(crashed) != []
 
     # The validation loss printed is the mean over the whole validation set, not one
     # rank's half of it: recompute both in this process from the final weights.
-    dataset, _, val_set, _ = char_dataset.build_datasets(str(text), 32, 0.1, 0)
-    shape = gpt.GPTShape(dataset.vocab_size, 32, n_layer=2, n_head=2, n_embd=32)
+    # The metrics file has each step once (the rows the crashed attempt wrote after
+    # its last snapshot are gone), the same rows as the uninterrupted run's, and its
+    # clock counts training time across both attempts.
+    metrics = [
+        [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        for folder in (straight_folder, tmp_path / "crashed")
+    ]
+    for kind in ("train", "val"):
+        rows = [[(r["step"], r["loss"]) for r in m if r["kind"] == kind] for m in metrics]
+        assert rows[0] == rows[1] and len(rows[0]) == len(set(rows[0])), kind
+    seconds = [r["seconds"] for r in metrics[1] if r["kind"] == "train"]
+    assert seconds == sorted(seconds) and seconds[-1] > 0.5 * metrics[0][-1]["seconds"]
+
+    vocabulary, _, val_set, _ = char_dataset.build_datasets(str(text), 32, 0.1, 1337)
+    shape = gpt.GPTShape(vocabulary.vocab_size, 32, n_layer=2, n_head=2, n_embd=32)
     model = gpt.GPT(shape).eval()
     model.load_state_dict(final[0]["model"])
 
@@ -113,7 +131,7 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, t
     # the full-size run; this proves it at tiny size, far from any time limit.)
     epochs = [float(loss) for _, loss in VALIDATION.findall(straight)]
     assert epochs == sorted(epochs, reverse=True) and len(set(epochs)) == 3, epochs
-    assert epochs[-1] < 0.75 * math.log(dataset.vocab_size), epochs  # measured: 2.64 < 4.50
+    assert epochs[-1] < 0.75 * math.log(vocabulary.vocab_size), epochs  # measured: 2.64 < 4.50
 
     printed = float(VALIDATION.findall(straight)[-1][1])
     rank0_half = list(DistributedSampler(val_set, num_replicas=2, rank=0, shuffle=False))
@@ -121,23 +139,76 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, t
     assert abs(printed - mean_loss(rank0_half)) > 2e-3  # so the check above means something
 
 
-def test_a_snapshot_of_another_model_is_refused_in_one_line(straight_run, tmp_path):
+def refusal(output: str, text: str) -> str:
+    """The one line of `output` that contains `text`, printed by main.py; no traceback."""
+    lines = [line for line in output.splitlines() if text in line]
+    assert len(lines) == 1, output  # from rank 0 only
+    assert lines[0].startswith("main.py: ") and "launch it as: torchrun" in lines[0]
+    assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output
+    return lines[0]
+
+
+def test_a_snapshot_of_other_settings_or_another_model_is_refused_in_one_line(
+    straight_run, tmp_path
+):
     straight_folder, _, text = straight_run
     folder = tmp_path / "run"
     folder.mkdir()
     shutil.copy(straight_folder / "snapshot.pt", folder)  # a snapshot of n_embd=32
-    output = run(
-        f"torchrun --standalone --nproc_per_node=2 {MAIN} --data {text} {TINY} model.n_embd=64",
-        cwd=folder,
-        timeout=300,
-        quiet=True,
-        expect_failure=True,
-    )
-    lines = [line for line in output.splitlines() if "does not fit this model" in line]
-    assert len(lines) == 1, output  # from rank 0 only
-    assert lines[0].startswith("main.py: snapshot snapshot.pt does not fit this model (size")
-    assert "delete it to start from scratch" in lines[0]
-    assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output
+    command = f"torchrun --standalone --nproc_per_node=2 {MAIN} --data {text} {TINY} "
+    options = {"cwd": folder, "timeout": 300, "quiet": True, "expect_failure": True}
+    output = run(command + "model.n_embd=64 optimizer.lr=0.001", **options)
+    line = refusal(output, "was trained with other settings")
+    assert "(model.n_embd=32 -> 64, optimizer.lr=0.003 -> 0.001)" in line
+    assert "or pass --resume_with_new_config" in line
+
+    # Told to go on with new settings, it still cannot load weights of another shape.
+    output = run(command + "model.n_embd=64 --resume_with_new_config", **options)
+    line = refusal(output, "does not fit this model")
+    assert line.startswith("main.py: snapshot snapshot.pt does not fit this model (size")
+
+
+def test_a_finished_run_says_so_and_max_steps_stops_with_a_snapshot(straight_run, tmp_path):
+    straight_folder, _, text = straight_run
+    command = f"torchrun --standalone --nproc_per_node=2 {MAIN} --data {text} {TINY}"
+    again = run(command, cwd=straight_folder, timeout=300, quiet=True)
+    assert "[rank0] snapshot.pt holds a finished run (126 of 126 steps): delete it" in again
+    assert "sample:" not in again and "trained" not in again
+
+    # A budget that ends mid-epoch: the step is validated and snapshotted, and the
+    # rerun trains no step 56 of 55.
+    stopped = train(tmp_path / "stopped", text, "trainer.max_steps=55")
+    assert "[rank0] trainer.max_steps: step 55/55 validation loss" in stopped
+    assert "[rank0] step 55: snapshot saved to snapshot.pt" in stopped
+    assert torch.load(tmp_path / "stopped" / "snapshot.pt")["step"] == 55
+    again = run(command + " trainer.max_steps=55", cwd=tmp_path / "stopped", quiet=True)
+    assert "holds a finished run (55 of 55 steps)" in again and "step 56" not in again
+
+    # A warm-up as long as the run would never decay the learning rate.
+    short = run(command + " trainer.max_steps=20", cwd=tmp_path, quiet=True, expect_failure=True)
+    line = refusal(short, "is not shorter than the run")
+    assert "optimizer.warmup_steps=50 is not shorter than the run (20 steps)" in line
+
+
+def test_ranks_that_would_resume_from_different_points_each_say_so(straight_run, tmp_path):
+    """Two nodes of one process each, with a snapshot path that is not shared: one node
+    finds a snapshot, the other none. Every rank stops with its line."""
+    straight_folder, _, text = straight_run
+    nodes = [tmp_path / "node_a", tmp_path / "node_b"]
+    for node in nodes:
+        node.mkdir()
+    shutil.copy(straight_folder / "snapshot.pt", nodes[0])
+    rendezvous = f"--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:{free_port()} --rdzv_id=05"
+    command = f"torchrun --nnodes=2 --nproc_per_node=1 {rendezvous} {MAIN} --data {text} {TINY}"
+    jobs = [start(command, cwd=node, quiet=True) for node in nodes]
+    outputs = [job.wait(timeout=300, expect_failure=True) for job in jobs]
+    lines = [line for output in outputs for line in output.splitlines() if "main.py: rank" in line]
+    assert len(lines) == 2, outputs
+    for line in lines:
+        assert "the ranks would resume from different points" in line, line
+        assert "at step 126" in line and "from scratch" in line, line
+        assert "must be the same file for every rank" in line, line
+    assert sorted(line.split(":")[1] for line in lines) == [" rank 0", " rank 1"]
 
 
 def test_each_progress_line_counts_its_steps_over_training_time_only(straight_run):

@@ -158,14 +158,15 @@ def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path)
 
 
 def test_the_gpt_learns_on_the_device(tmp_path):
-    text = tmp_path / "text.txt"  # the start of the default text: 42 steps per epoch
+    text = tmp_path / "text.txt"  # the start of the default text: 21 steps per epoch
     text.write_text(lesson_module("05_mingpt", "char_dataset").load_text(None)[0][:24_000])
-    settings = (
+    settings = (  # a global batch of 32: 1, 2 or 4 processes x micro-batches of 8
         "model.n_layer=2 model.n_head=2 model.n_embd=32 data.block_size=32 "
-        "trainer.batch_size=8 trainer.max_epochs=2 trainer.sample_chars=20"
+        "trainer.global_batch_size=32 trainer.batch_size=8 trainer.max_epochs=2 "
+        "optimizer.warmup_steps=5 trainer.sample_chars=20"
     )
     output = torchrun("05_mingpt/main.py", f"--data {text} {settings}", tmp_path, timeout=300)
-    vocabulary = int(re.search(r"characters, (\d+) distinct", output).group(1))
+    vocabulary = int(re.search(r"(\d+) distinct characters", output).group(1))
     losses = [
         float(loss)
         for loss in re.findall(r"end of epoch \d/2: .* validation loss ([\d.]+)", output)

@@ -84,6 +84,13 @@ WRONG_VALUES = [
     ("04_multinode/multinode.py", ["four", "2"], "total_epochs: 'four' is not a positive"),
     ("04_multinode/node_report.py", ["--timeout", "-1"], "--timeout"),
     ("05_mingpt/main.py", ["trainer.max_epoch=3"], "unknown setting 'trainer.max_epoch'"),
+    ("05_mingpt/main.py", ["trainer.sample_prompt="], "trainer.sample_prompt is empty: the"),
+    ("05_mingpt/main.py", ["trainer.amp=fp8"], "trainer.amp='fp8' must be one of auto, bf16,"),
+    (
+        "05_mingpt/main.py",
+        ["trainer.global_batch_size=48"],
+        "trainer.global_batch_size=48 is not a multiple of trainer.batch_size=32",
+    ),
     (
         "04_multinode/hangs/classic_hangs.py",
         ["--case", "deadlock"],
