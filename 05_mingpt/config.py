@@ -56,7 +56,7 @@ class OptimizerConfig:
 class TrainerConfig:
     max_epochs: int = 3  # an epoch: as many windows as the training text has blocks
     global_batch_size: int = 64  # sequences per optimizer step, all processes together
-    batch_size: int = 32  # sequences per process and forward pass (a micro-batch)
+    batch_size: int = 32  # at most this many sequences per forward pass (a micro-batch)
     max_steps: int = 0  # stop after this many optimizer steps; 0: run every epoch
     save_every: int = 1  # snapshot every this many epochs
     save_every_steps: int = 0  # and every this many steps; 0: at the ends of epochs only
@@ -147,11 +147,6 @@ def _check(config: Config) -> None:
             f"optimizer.lr={config.optimizer.lr}"
         )
     trainer = config.trainer
-    if trainer.global_batch_size % trainer.batch_size:
-        raise ConfigError(
-            f"trainer.global_batch_size={trainer.global_batch_size} is not a multiple of "
-            f"trainer.batch_size={trainer.batch_size}"
-        )
     if trainer.sample_chars and not trainer.sample_prompt:
         raise ConfigError(
             "trainer.sample_prompt is empty: the sample needs at least one character to "

@@ -37,7 +37,7 @@ from char_dataset import DataError, build_datasets
 from config import ConfigError, describe, load_config
 from model import GPT, GPTShape
 from resume import ResumeMismatch
-from trainer import Trainer
+from trainer import Trainer, count_steps
 
 from common.cli import LessonArgumentParser
 from common.distributed import (
@@ -123,6 +123,7 @@ def main():
             config.trainer.seed,
         )
         vocabulary.encode(config.trainer.sample_prompt)  # fails now, not after the training
+        count_steps(config, len(train_set))  # a schedule that cannot run, too
     except (ConfigError, DataError) as error:
         fail(parser, str(error))
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)

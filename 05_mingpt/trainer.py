@@ -38,6 +38,30 @@ from common.snapshot import SnapshotError, load, save_atomic
 SNAPSHOT_KEYS = ("model", "optimizer", "scaler", "step", "rng", "chars", "settings", "seconds")
 
 
+def count_steps(config: Config, windows: int) -> tuple[int, int]:
+    """(steps per epoch, steps in the run) for `windows` training windows per epoch, or
+    ConfigError. They do not depend on the number of processes: main.py checks them
+    before any process group forms."""
+    settings = config.trainer
+    steps_per_epoch = windows // settings.global_batch_size
+    if steps_per_epoch == 0:
+        raise ConfigError(
+            f"the training text makes {windows} windows, fewer than one global batch "
+            f"(trainer.global_batch_size={settings.global_batch_size}): use a smaller one "
+            "or a longer text"
+        )
+    total_steps = settings.max_epochs * steps_per_epoch
+    if settings.max_steps:
+        total_steps = min(total_steps, settings.max_steps)
+    warmup = config.optimizer.warmup_steps
+    if warmup >= total_steps:
+        raise ConfigError(
+            f"optimizer.warmup_steps={warmup} is not shorter than the run ({total_steps} "
+            "steps): the learning rate would never decay"
+        )
+    return steps_per_epoch, total_steps
+
+
 class Trainer:
     def __init__(self, config: Config, model, optimizer, vocabulary, train_set, val_set,
                  device, local_rank: int, global_rank: int, world_size: int,
@@ -48,30 +72,19 @@ class Trainer:
         self.crash_at = crash_at  # (rank, epoch, step) counted from 0, or None
         self.raw_model, self.optimizer = model.to(device), optimizer
 
-        # The global batch is fixed; each process takes its share in micro-batches.
+        # The global batch is fixed; each process takes its share in as few
+        # micro-batches as fit: of the largest size that divides the share and is at
+        # most trainer.batch_size (what a process can hold at once).
         settings = self.settings
-        per_round = settings.batch_size * world_size
-        if settings.global_batch_size % per_round:
+        share, remainder = divmod(settings.global_batch_size, world_size)
+        if remainder:
             raise ConfigError(
-                f"trainer.global_batch_size={settings.global_batch_size} is not a multiple of "
-                f"trainer.batch_size={settings.batch_size} x {world_size} processes"
+                f"trainer.global_batch_size={settings.global_batch_size} does not divide among "
+                f"{world_size} processes: use a multiple of {world_size}"
             )
-        self.micro_batches = settings.global_batch_size // per_round
-        self.steps_per_epoch = len(train_set) // settings.global_batch_size
-        if self.steps_per_epoch == 0:
-            raise ConfigError(
-                f"the training text makes {len(train_set)} windows, fewer than one global "
-                f"batch (trainer.global_batch_size={settings.global_batch_size}): use a "
-                "smaller one or a longer text"
-            )
-        self.total_steps = settings.max_epochs * self.steps_per_epoch
-        if settings.max_steps:
-            self.total_steps = min(self.total_steps, settings.max_steps)
-        if self.config.optimizer.warmup_steps >= self.total_steps:
-            raise ConfigError(
-                f"optimizer.warmup_steps={self.config.optimizer.warmup_steps} is not shorter "
-                f"than the run ({self.total_steps} steps): the learning rate would never decay"
-            )
+        self.batch_size = max(d for d in range(1, settings.batch_size + 1) if share % d == 0)
+        self.micro_batches = share // self.batch_size
+        self.steps_per_epoch, self.total_steps = count_steps(config, len(train_set))
         self.tokens_per_step = settings.global_batch_size * train_set.block_size
         self.settings_saved = {**shaping_settings(config), "steps_per_epoch": self.steps_per_epoch}
 
@@ -83,10 +96,10 @@ class Trainer:
         self.train_sampler = DistributedSampler(train_set, shuffle=False, drop_last=True)
         loader = {"pin_memory": device.type == "cuda", "generator": torch.Generator()}
         self.train_loader = DataLoader(
-            train_set, settings.batch_size, sampler=self.train_sampler, drop_last=True, **loader
+            train_set, self.batch_size, sampler=self.train_sampler, drop_last=True, **loader
         )
         val_share = range(global_rank, len(val_set), world_size)
-        self.val_loader = DataLoader(val_set, settings.batch_size, sampler=val_share, **loader)
+        self.val_loader = DataLoader(val_set, self.batch_size, sampler=val_share, **loader)
 
         allow_tf32(device)
         inputs, targets = next(iter(self.train_loader))
@@ -123,7 +136,7 @@ class Trainer:
         self.model = DDP(compiled, device_ids=[local_rank] if device.type == "cuda" else None)
         log0(
             f"global batch {settings.global_batch_size} = {world_size} process(es) x "
-            f"{self.micro_batches} micro-batch(es) x {settings.batch_size} sequences; "
+            f"{self.micro_batches} micro-batch(es) x {self.batch_size} sequences; "
             f"{self.steps_per_epoch} steps per epoch; precision {self.precision.why}"
         )
 

@@ -51,11 +51,12 @@ def build(rank: int, world_size: int, port: int, folder, overrides: list[str]):
 
 
 def split_run(rank: int, world_size: int, port: int, folder, micro_batches: int) -> None:
-    """STEPS steps of a global batch of 16, as `world_size` x `micro_batches` x ..."""
-    batch_size = 16 // (world_size * micro_batches)
-    overrides = ["trainer.global_batch_size=16", f"trainer.batch_size={batch_size}",
+    """STEPS steps of a global batch of 16, micro-batches of at most 4: `world_size`
+    processes x `micro_batches` x 4."""
+    overrides = ["trainer.global_batch_size=16", "trainer.batch_size=4",
                  f"trainer.max_steps={STEPS}", "trainer.amp=off"]  # fmt: skip
     trainer = build(rank, world_size, port, folder, overrides)
+    assert (trainer.micro_batches, trainer.batch_size) == (micro_batches, 4)
     all_reduces = []
 
     def counting_hook(state, bucket):

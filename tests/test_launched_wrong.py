@@ -88,8 +88,8 @@ WRONG_VALUES = [
     ("05_mingpt/main.py", ["trainer.amp=fp8"], "trainer.amp='fp8' must be one of auto, bf16,"),
     (
         "05_mingpt/main.py",
-        ["trainer.global_batch_size=48"],
-        "trainer.global_batch_size=48 is not a multiple of trainer.batch_size=32",
+        ["optimizer.warmup_steps=100000"],
+        "optimizer.warmup_steps=100000 is not shorter than the run (",
     ),
     (
         "04_multinode/hangs/classic_hangs.py",

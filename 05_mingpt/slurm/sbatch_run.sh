@@ -13,6 +13,10 @@
 # workers more cores on a real cluster, for data loading (--cpus-per-task), and add
 # your account and partition.
 #
+# The global batch (trainer.global_batch_size, 64 sequences by default) is the same
+# whatever the number of processes: on 2 nodes x 4 GPUs each takes 8 sequences a step.
+# GPUs have room for far more: raise it, and the learning rate with it.
+#
 # Arguments after the script name go to main.py. Snapshots and metrics are written to
 # the folder you submit from: it must be on a filesystem that every node sees, since
 # global rank 0 alone writes the snapshot and every rank reads it on a restart (lesson
