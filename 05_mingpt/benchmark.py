@@ -4,6 +4,7 @@
     python benchmark.py throughput --batch_size 32 --repeats 1   # the classroom batch
     python benchmark.py classroom     # 3 minutes of the classroom run: validation < 2.0?
     python benchmark.py split         # one global batch as 1 x 4 and as 4 x 1: same weights?
+    python benchmark.py compile       # trainer.compile=true against false: does it pay here?
 
 `throughput` runs main.py with the same settings (the lesson's model, float32, no
 validation in between, a batch of `--batch_size` sequences per process) once with 1
@@ -13,7 +14,9 @@ and the median. `classroom` runs the notebook's classroom settings for
 `--epochs` epochs (about 3 minutes on 2 cores) and prints the validation loss
 reached after 1, 2 and 3 minutes of training. `split` trains 10 steps of a global
 batch of 128 as 1 process x 4 micro-batches and as 4 processes x 1, and prints how
-far apart the weights end. All work in a temporary folder and print one line per
+far apart the weights end. `compile` trains `--steps` steps of the classroom run
+with and without `trainer.compile`, and prints the steady tokens/s and the whole
+run's time (compilation included). All work in a temporary folder and print one line per
 result. Run them on a quiet machine: other jobs on the same cores change the numbers.
 """
 
@@ -22,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -180,9 +184,32 @@ def split() -> None:
     print(f"after 10 steps, the largest difference between the two runs' weights: {largest:.2e}")
 
 
+def compile_cost(steps: int) -> None:
+    """The classroom run's first `steps` steps, compiled and not."""
+    for compiled in ("false", "true"):
+        with tempfile.TemporaryDirectory() as folder:
+            started = time.perf_counter()
+            run(
+                f"torchrun --standalone --nproc_per_node=2 {MAIN} {SETTINGS} "
+                f"trainer.max_steps={steps} trainer.compile={compiled} optimizer.warmup_steps=1",
+                cwd=folder,
+                timeout=60 * 30,
+                quiet=True,
+            )
+            wall = time.perf_counter() - started
+            lines = Path(folder, "metrics.jsonl").read_text().splitlines()
+        train = [r for r in map(json.loads, lines) if r["kind"] == "train"][1:]
+        steady = statistics.median(r["tokens_per_second"] for r in train)
+        print(
+            f"trainer.compile={compiled}: {steady:,.0f} tokens/s after the first "
+            f"{WARMUP_STEPS} steps (median), {wall:.0f} s for the whole run of {steps} steps",
+            flush=True,
+        )
+
+
 def main() -> int:
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
-    parser.add_argument("what", choices=["throughput", "classroom", "split"])
+    parser.add_argument("what", choices=["throughput", "classroom", "split", "compile"])
     parser.add_argument("--epochs", type=positive_int, default=14, help="classroom epochs")
     parser.add_argument("--steps", type=positive_int, default=40, help="steps per run")
     parser.add_argument(
@@ -194,6 +221,8 @@ def main() -> int:
         classroom(args.epochs)
     elif args.what == "split":
         split()
+    elif args.what == "compile":
+        compile_cost(max(args.steps, 4 * WARMUP_STEPS))
     elif args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
     else:

@@ -37,7 +37,8 @@ from char_dataset import DataError, build_datasets
 from config import ConfigError, describe, load_config
 from model import GPT, GPTShape
 from resume import ResumeMismatch
-from trainer import Trainer, count_steps
+from schedule import count_steps, micro_batching
+from trainer import Trainer
 
 from common.cli import LessonArgumentParser
 from common.distributed import (
@@ -127,6 +128,10 @@ def main():
     except (ConfigError, DataError) as error:
         fail(parser, str(error))
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    try:
+        micro_batching(config, world_size)  # before any process group forms
+    except ConfigError as error:
+        fail(parser, str(error))
     crash_at = None
     if args.crash_epoch is not None:
         crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)

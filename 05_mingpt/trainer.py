@@ -23,11 +23,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from config import Config, ConfigError, shaping_settings
+from config import Config, shaping_settings
 from efficiency import flops_per_token, measured_peak_flops
 from interval import Interval
 from precision import allow_tf32, choose_precision
 from resume import check_ranks_agree, check_settings, keep_metrics_up_to, scaler_notice
+from schedule import count_steps, learning_rate, micro_batching
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -38,52 +39,18 @@ from common.snapshot import SnapshotError, load, save_atomic
 SNAPSHOT_KEYS = ("model", "optimizer", "scaler", "step", "rng", "chars", "settings", "seconds")
 
 
-def count_steps(config: Config, windows: int) -> tuple[int, int]:
-    """(steps per epoch, steps in the run) for `windows` training windows per epoch, or
-    ConfigError. They do not depend on the number of processes: main.py checks them
-    before any process group forms."""
-    settings = config.trainer
-    steps_per_epoch = windows // settings.global_batch_size
-    if steps_per_epoch == 0:
-        raise ConfigError(
-            f"the training text makes {windows} windows, fewer than one global batch "
-            f"(trainer.global_batch_size={settings.global_batch_size}): use a smaller one "
-            "or a longer text"
-        )
-    total_steps = settings.max_epochs * steps_per_epoch
-    if settings.max_steps:
-        total_steps = min(total_steps, settings.max_steps)
-    warmup = config.optimizer.warmup_steps
-    if warmup >= total_steps:
-        raise ConfigError(
-            f"optimizer.warmup_steps={warmup} is not shorter than the run ({total_steps} "
-            "steps): the learning rate would never decay"
-        )
-    return steps_per_epoch, total_steps
-
-
 class Trainer:
     def __init__(self, config: Config, model, optimizer, vocabulary, train_set, val_set,
                  device, local_rank: int, global_rank: int, world_size: int,
                  crash_at=None, resume_with_new_config=False):  # fmt: skip
         self.config, self.settings = config, config.trainer
+        settings = config.trainer
         self.device, self.global_rank, self.world_size = device, global_rank, world_size
         self.vocabulary, self.train_set = vocabulary, train_set
         self.crash_at = crash_at  # (rank, epoch, step) counted from 0, or None
         self.raw_model, self.optimizer = model.to(device), optimizer
 
-        # The global batch is fixed; each process takes its share in as few
-        # micro-batches as fit: of the largest size that divides the share and is at
-        # most trainer.batch_size (what a process can hold at once).
-        settings = self.settings
-        share, remainder = divmod(settings.global_batch_size, world_size)
-        if remainder:
-            raise ConfigError(
-                f"trainer.global_batch_size={settings.global_batch_size} does not divide among "
-                f"{world_size} processes: use a multiple of {world_size}"
-            )
-        self.batch_size = max(d for d in range(1, settings.batch_size + 1) if share % d == 0)
-        self.micro_batches = share // self.batch_size
+        self.batch_size, self.micro_batches = micro_batching(config, world_size)
         self.steps_per_epoch, self.total_steps = count_steps(config, len(train_set))
         self.tokens_per_step = settings.global_batch_size * train_set.block_size
         self.settings_saved = {**shaping_settings(config), "steps_per_epoch": self.steps_per_epoch}
@@ -144,18 +111,10 @@ class Trainer:
     def finished(self) -> bool:
         return self.step >= self.total_steps
 
-    # -- the learning rate: linear warm-up, then cosine decay to min_lr -------------
-    def learning_rate(self, step: int) -> float:
-        opt = self.config.optimizer
-        if step < opt.warmup_steps:
-            return opt.lr * (step + 1) / opt.warmup_steps
-        progress = (step - opt.warmup_steps) / max(1, self.total_steps - opt.warmup_steps)
-        return opt.min_lr + 0.5 * (opt.lr - opt.min_lr) * (1 + math.cos(math.pi * progress))
-
     def _run_step(self, micro_batches) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step on this process's micro-batches: (loss, gradient norm)."""
         for group in self.optimizer.param_groups:
-            group["lr"] = self.learning_rate(self.step)
+            group["lr"] = learning_rate(self.config.optimizer, self.step, self.total_steps)
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device)
         for index, (inputs, targets) in enumerate(micro_batches):

@@ -151,6 +151,12 @@ def fp16_run(rank: int, world_size: int, port: int, folder) -> None:
                                                      "trainer.global_batch_size=16",
                                                      "trainer.batch_size=16"])  # fmt: skip
     torch.save(resumed.scaler.state_dict(), folder / "resumed_scaler.pt")
+    # The same snapshot resumed in float32: no scaler to load the state into, a notice
+    # instead of a traceback.
+    off = build(rank, world_size, port, folder, ["trainer.amp=off", "trainer.max_steps=30",
+                                                 "trainer.global_batch_size=16",
+                                                 "trainer.batch_size=16"])  # fmt: skip
+    assert off.finished and not off.scaler.is_enabled()
     dist.destroy_process_group()
 
 
@@ -169,3 +175,21 @@ def test_fp16_clips_unscaled_gradients_and_its_scaler_survives_a_snapshot(text_f
     # The scaler's scale and growth counter come back from the snapshot.
     resumed = torch.load(folder / "resumed_scaler.pt")
     assert resumed == result["scaler"] and result["scaler"]["scale"] > 0
+
+
+def test_a_scaler_state_that_does_not_fit_the_precision_gets_a_notice():
+    sys.path.insert(0, str(LESSON))
+    from resume import scaler_notice
+
+    fp16_state = {"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                  "growth_interval": 2000, "_growth_tracker": 3}  # fmt: skip
+    assert scaler_notice(fp16_state, scaler_enabled=False, precision="bf16") == (
+        "the snapshot trained in fp16 with loss scaling (scale 1024); bf16 needs none: its "
+        "scaler state is dropped"
+    )
+    assert scaler_notice({}, scaler_enabled=True, precision="fp16") == (
+        "the snapshot trained without loss scaling: fp16 starts a new GradScaler"
+    )
+    assert (
+        scaler_notice(fp16_state, True, "fp16") is None and scaler_notice({}, False, "off") is None
+    )
