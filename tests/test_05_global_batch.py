@@ -82,8 +82,14 @@ def grad_norms(folder) -> list[float]:
 
 
 def spawn(function, world_size: int, *args) -> None:
+    """`function(rank, world_size, port, *args)` in `world_size` new processes. They come
+    from a fork server that imported torch once (a fresh, single-threaded process: safe
+    to fork, unlike this test worker), which saves each world the import's seconds."""
     os.environ["OMP_NUM_THREADS"] = "1"
-    mp.spawn(function, args=(world_size, free_port(), *args), nprocs=world_size, join=True)
+    mp.set_forkserver_preload(["torch", "torch.distributed"])
+    mp.start_processes(
+        function, (world_size, free_port(), *args), world_size, start_method="forkserver"
+    )
 
 
 @pytest.fixture(scope="module")
