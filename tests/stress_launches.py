@@ -47,6 +47,7 @@ LAUNCHES = [
         "05_mingpt/main.py",
         [
             "trainer.max_steps=4",
+            "optimizer.warmup_steps=1",
             "trainer.sample_chars=0",
             "model.n_layer=1",
             "trainer.eval_every=2",
