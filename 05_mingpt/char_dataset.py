@@ -123,14 +123,13 @@ def build_datasets(
     vocabulary = Vocabulary(text)
     data = torch.tensor([vocabulary.index_of[char] for char in text], dtype=torch.long)
     n_val = int(len(data) * val_fraction)
-    train, val = RandomWindows(data[: -n_val or None], block_size, seed), None
-    if n_val > block_size:
-        val = FixedWindows(data[-n_val:], block_size)
-    if val is None or len(train) < 1:
+    train_data, val_data = data[: len(data) - n_val], data[len(data) - n_val :]
+    if min(len(train_data), len(val_data)) < block_size + 1:  # not one window each
         needed = math.ceil((block_size + 1) / min(val_fraction, 1 - val_fraction)) + 1
         raise DataError(
             f"{source} is too short: {len(text)} characters hold out {n_val} for validation "
             f"({val_fraction:g}), too few for windows of {block_size}; give at least "
             f"{needed} characters or a smaller data.block_size"
         )
-    return vocabulary, train, val, source
+    train = RandomWindows(train_data, block_size, seed)
+    return vocabulary, train, FixedWindows(val_data, block_size), source

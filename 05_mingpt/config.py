@@ -87,7 +87,7 @@ POSITIVE = {
     "model.n_layer", "model.n_head", "model.n_embd", "data.block_size", "optimizer.lr",
     "trainer.max_epochs", "trainer.batch_size", "trainer.save_every", "trainer.eval_every",
     "trainer.log_every", "optimizer.beta1", "optimizer.beta2", "trainer.temperature",
-    "trainer.top_k", "trainer.global_batch_size",
+    "trainer.top_k", "trainer.global_batch_size", "data.val_fraction",
 }  # fmt: skip
 NOT_NEGATIVE = {
     "optimizer.min_lr", "optimizer.warmup_steps", "optimizer.weight_decay",

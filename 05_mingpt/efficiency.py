@@ -31,7 +31,8 @@ def measured_peak_flops(device: torch.device, dtype: torch.dtype | None) -> floa
     to keep it busy (a GPU needs far larger ones than a CPU core)."""
     size, dtype = (4096 if device.type == "cuda" else 1024), dtype or torch.float32
     generator = torch.Generator(device).manual_seed(0)  # not the global random stream
-    a, b = (torch.randn(size, size, device=device, dtype=dtype, generator=generator) for _ in "ab")
+    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
     fastest = float("inf")
     for attempt in range(4):
         if device.type == "cuda":

@@ -86,6 +86,7 @@ WRONG_VALUES = [
     ("05_mingpt/main.py", ["trainer.max_epoch=3"], "unknown setting 'trainer.max_epoch'"),
     ("05_mingpt/main.py", ["trainer.sample_prompt="], "trainer.sample_prompt is empty: the"),
     ("05_mingpt/main.py", ["trainer.amp=fp8"], "trainer.amp='fp8' must be one of auto, bf16,"),
+    ("05_mingpt/main.py", ["data.val_fraction=0"], "data.val_fraction=0.0 must be > 0"),
     (
         "05_mingpt/main.py",
         ["optimizer.warmup_steps=100000"],
