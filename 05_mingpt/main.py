@@ -81,8 +81,7 @@ def fail(parser: LessonArgumentParser, message: str, every_rank: bool = False):
     if every_rank or current_rank() == 0:
         sys.stderr.write(parser.error_line(message))
     if dist.is_initialized():
-        if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
-            stop_the_agent()
+        stop_the_agent()
         dist.barrier()  # the agent has been asked before any worker exits
         dist.destroy_process_group()
         end_process(2)

@@ -68,9 +68,13 @@ def stop_the_agent() -> None:
     call it: only LOCAL_RANK 0 sends the signal (one per agent; a second SIGTERM would
     cut the agent's wait for its workers short). Follow it with a barrier before any
     worker exits: the agent must hear it before it notices a worker gone, or it would
-    start a restart first.
+    start a restart first. An agent with no restarts to spend (`--max-restarts=0`, the
+    default) is left alone: it stops anyway, and the signal would only add its
+    SignalException traceback to the worker's one line.
     """
     if "TORCHELASTIC_RUN_ID" not in os.environ or os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) == 0:
         return
     agent = psutil.Process(os.getppid())
     # Only a torchrun agent (`torchrun` or `python -m torch.distributed.run`): never a
