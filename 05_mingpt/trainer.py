@@ -132,7 +132,7 @@ class Trainer:
                 loss = loss / len(micro_batches)
                 self.scaler.scale(loss).backward()
             loss_sum += loss.detach()
-        # Clip the true gradients: while scaled (fp16) they are up to 65536x too large,
+        # Clip the true gradients: while scaled (fp16) they are the scale times too large,
         # and a clip on them would cut every step (the official series does that).
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(

@@ -4,8 +4,9 @@ The subject is in the lesson folders and in `common/` (what lesson scripts share
 what a learner is sent to read). This package is what a learner may use but need not
 read, and `common/` never imports it:
 
-- `build`, `slides`, `browser_check`: execute every notebook and render the course
-  site and slide decks to `build/`, then open every page in headless chromium.
+- `build`, `site`, `slides`, `browser_check`: execute every notebook, build the course
+  site (Sphinx, settings in `site_config/`) and the slide decks in `build/`, then open
+  every page in headless chromium.
 - `setup_check`: can this machine run the course? (before 00_intro).
 - `exercises`: the coding exercises' checks (`exercises.check(lesson, name)`).
 - `system_packages`: the one command that installs the Debian packages of the

@@ -1,9 +1,9 @@
 """Open the rendered course in a real headless browser and report what went wrong.
 
-    .venv/bin/python -m course.build && .venv/bin/python -m course.slides
-    .venv/bin/python -m course.browser_check build/
+    .venv/bin/python -m course.build
+    .venv/bin/python -m course.browser_check            # build/html, the site and decks
 
-Every `.html` page under the folder (the index, each lesson, each slide deck) is
+Every `.html` page under the folder (the site's pages, each slide deck) is
 served by a local web server on 127.0.0.1 (a free port) and opened in Debian's
 chromium (`sudo python3 -m course.system_packages chromium`), driven through the Chrome
 DevTools protocol over a pipe (`--remote-debugging-pipe`: no port, no package beyond the
@@ -14,9 +14,12 @@ idle, it has:
   network error), or any request to a host other than this one (the course must open
   offline);
 - an uncaught JavaScript exception, or a console error;
-- a link to a page of the course that is not there.
+- a link to a page of the course that is not there, or to a place in a page (`#id`)
+  that the page does not have: every link of every page is followed this way, the
+  sidebar's, the next/previous links and the in-page contents included.
 
-It prints one line per problem and exits non-zero if there is any.
+Then it runs one search on the site's search page (when there is one) and fails if
+it finds nothing. It prints one line per problem and exits non-zero if there is any.
 """
 
 import argparse
@@ -48,10 +51,11 @@ FLAGS = [
     "--disable-sync",
     "--remote-debugging-pipe",
 ]
-# What the page links to, and its images that did not decode (a broken data: URI, or
-# an animation whose script never set its frame).
+# What the page links to, the ids it has (where links may point), and its images that
+# did not decode (a broken data: URI, or an animation whose script never set its frame).
 AFTER_LOAD = """({
   links: Array.from(document.links, a => a.href),
+  ids: Array.from(document.querySelectorAll("[id]"), element => element.id),
   broken_images: Array.from(document.images)
     .filter(img => !img.complete || img.naturalWidth === 0)
     .map(img => img.src.slice(0, 80)),
@@ -161,7 +165,19 @@ class Browser:
             problem = describe(method, params, requests, url)
             if problem:
                 problems.append(problem)
-        value = self.send("Runtime.evaluate", session, expression=expression, returnByValue=True)
+        value = self.send(
+            "Runtime.evaluate",
+            session,
+            timeout=timeout,
+            expression=expression,
+            returnByValue=True,
+            awaitPromise=True,  # an expression may wait for the page (a search)
+            userGesture=True,  # as if a reader pressed the keys it presses
+        )
+        if "exceptionDetails" in value:
+            details = value["exceptionDetails"]
+            text = details.get("exception", {}).get("description") or details.get("text")
+            problems.append(f"the check's own script failed: {text.splitlines()[0]}")
         self.send("Target.closeTarget", targetId=target)
         return problems, value["result"].get("value")
 
@@ -215,33 +231,71 @@ def serve(folder: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 
 def check(folder: Path, pages: list[Path] | None = None, executable: str = CHROMIUM) -> dict:
-    """Open each page (default: every .html under `folder`, the index first).
+    """Open each page (default: every .html under `folder`, the index first), follow
+    every link, and run a search if there is a search page.
     Returns {page relative to folder: [problems]}."""
     folder = folder.resolve()
     if pages is None:
-        pages = sorted(folder.rglob("*.html"), key=lambda p: (p.name != "index.html", p))
+        # Not the theme's own templates in _static/, nor the page sources in _sources/.
+        pages = [p for p in folder.rglob("*.html") if not p.relative_to(folder).parts[0][0] == "_"]
+        pages.sort(key=lambda p: (p.name != "index.html", p))
     server, base = serve(folder)
-    results = {}
+    results, ids, links = {}, {}, {}
     try:
         with Browser(executable) as browser:
             for page in pages:
                 name = page.resolve().relative_to(folder).as_posix()
                 problems, found = browser.open(base + name)
                 problems += [f"image did not load: {src}" for src in found["broken_images"]]
-                for link in found["links"]:
-                    target = urlsplit(link)
-                    local = folder / target.path.lstrip("/")
-                    if (
-                        link.startswith(base)
-                        and target.path.endswith(".html")
-                        and not local.exists()
-                    ):
-                        problems.append(f"broken link: {target.path.lstrip('/')}")
-                results[name] = problems
+                results[name], ids[name], links[name] = problems, set(found["ids"]), found["links"]
+            if (folder / "search.html").exists():
+                results[f"search.html?q={SEARCH_FOR}"] = search(browser, base)
     finally:
         server.shutdown()
         server.server_close()
+    for name, found in links.items():
+        results[name] += broken_links(found, base, folder, ids)
     return results
+
+
+def broken_links(links: list[str], base: str, folder: Path, ids: dict) -> list[str]:
+    """The links to a page of the course that is not there, or to an `#id` that the
+    page (when it was opened) does not have."""
+    problems = []
+    for link in dict.fromkeys(links):  # each once, in order
+        target = urlsplit(link)
+        path = target.path.lstrip("/") or "index.html"
+        if not link.startswith(base) or not path.endswith(".html"):
+            continue
+        if not (folder / path).exists():
+            problems.append(f"broken link: {path}")
+        elif target.fragment and path in ids and target.fragment not in ids[path]:
+            problems.append(f"broken link: {path}#{target.fragment} (no such place)")
+    return problems
+
+
+# A word every lesson's text has: the search must find pages for it.
+SEARCH_FOR = "all_reduce"
+SEARCH = """new Promise(done => {
+  const waited = Date.now();
+  (function look() {
+    const results = document.querySelectorAll("#search-results ul.search li a");
+    const finished = document.querySelector("#search-results p.search-summary");
+    if (finished || Date.now() - waited > 20000) {
+      done(Array.from(results, a => a.getAttribute("href")));
+    } else {
+      setTimeout(look, 100);
+    }
+  })();
+})"""
+
+
+def search(browser: Browser, base: str) -> list[str]:
+    """Search the site for SEARCH_FOR as a reader would; the problems, if any."""
+    problems, hits = browser.open(f"{base}search.html?q={SEARCH_FOR}", expression=SEARCH)
+    if not hits:
+        problems.append(f"the search for {SEARCH_FOR} found no page")
+    return problems
 
 
 def why_no_chromium() -> str | None:
@@ -253,7 +307,7 @@ def why_no_chromium() -> str | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, nargs="?", default=Path("build"))
+    parser.add_argument("folder", type=Path, nargs="?", default=Path("build/html"))
     parser.add_argument("--chromium", default=CHROMIUM, help="the browser to run")
     args = parser.parse_args()
     if shutil.which(args.chromium) is None:

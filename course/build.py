@@ -1,22 +1,23 @@
-"""Execute every lesson notebook and write the executed, rendered course to `build/`.
+"""Execute every lesson notebook and build the course site and slide decks in `build/`.
 
     .venv/bin/python -m course.build              # every lesson
-    .venv/bin/python -m course.build 00_intro     # some lessons
+    .venv/bin/python -m course.build 00_intro     # some lessons (the others as last built)
 
-For each lesson it writes `build/<lesson>/<notebook>.ipynb` (with outputs, to open
-in Jupyter), `.html` (to read in a browser) and `.slides.html` (the slide deck, see
-`course.slides`), plus `build/index.html` linking the lessons in order. No page
-loads anything from the network; `python -m course.browser_check build/` proves it
-in a headless chromium. A notebook that fails is reported and the command exits non-zero
-once the others are built. Every cell has a time limit, as in CI.
+It writes:
+- `build/executed/<lesson>/<notebook>.ipynb`: the executed notebooks, to open in Jupyter;
+- `build/html/`: the site (`course.site`, built by Sphinx): open `build/html/index.html`;
+- `build/html/<lesson>/<notebook>.slides.html`: the slide decks (`course.slides`).
+No page loads anything from the network; `python -m course.browser_check` proves it in a
+headless chromium. A notebook that fails is reported, the site is built with it, and the
+command exits non-zero. Every cell has a time limit, as in CI.
 """
 
 import argparse
-import copy
-import html
-import re
+import datetime
+import platform
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import nbformat
@@ -25,16 +26,12 @@ from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
-from nbconvert import HTMLExporter
 from traitlets import default
 
 REPO = Path(__file__).resolve().parent.parent
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 # A cell's time limit, as in CI (pytest's --nbmake-timeout), unless the notebook sets
 # its own (metadata.execution.timeout) because a cell shows longer launch limits.
 CELL_TIMEOUT_SECONDS = 240
-# matplotlib's animations link Font Awesome from a CDN for their buttons' icons.
-FONT_AWESOME = re.compile(r'<link[^>]*href="https?://[^"]*font-awesome[^"]*"[^>]*>')
 
 
 def lesson_notebooks(names: list[str]) -> list[Path]:
@@ -73,7 +70,8 @@ class ThisPythonKernel(AsyncKernelManager):
 
 
 def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
-    """Run one notebook in its own folder; write it, executed, as .ipynb and .html."""
+    """Run one notebook in its own folder; write it, executed, to `out_dir`, with a
+    note of when and how it ran (`course_build` in its metadata, which the site shows)."""
     nb = nbformat.read(notebook, as_version=4)
     started = time.monotonic()
     ok = True
@@ -88,78 +86,50 @@ def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
     except (CellExecutionError, CellTimeoutError) as error:
         ok = False
         print(f"  FAILED: {str(error).strip().splitlines()[-1]}", flush=True)
+    seconds = time.monotonic() - started
+    nb.metadata["course_build"] = {
+        "ok": ok,
+        "seconds": round(seconds, 1),
+        "date": datetime.date.today().isoformat(),
+        "torch": version("torch"),
+        "python": platform.python_version(),
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out_dir / notebook.name)
-    body, _ = to_html(nb)
-    (out_dir / notebook.with_suffix(".html").name).write_text(body, encoding="utf-8")
-    from course.slides import to_slides  # it builds on this module
-
-    deck = to_slides(copy.deepcopy(nb))
-    (out_dir / f"{notebook.stem}.slides.html").write_text(deck, encoding="utf-8")
-    return ok, time.monotonic() - started
-
-
-def to_html(nb) -> tuple[str, dict]:
-    """A self-contained HTML page: outputs, figures and animations are inline, and the
-    page loads nothing from the network (templates/offline)."""
-    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)])
-    body, resources = exporter.from_notebook_node(nb)
-    return offline(body), resources
-
-
-def offline(page: str) -> str:
-    """`page` without the links that outputs make to a CDN, and their icons drawn
-    by our own style sheet instead (templates/animation-icons.css)."""
-    if not FONT_AWESOME.search(page):
-        return page
-    icons = (TEMPLATES / "animation-icons.css").read_text(encoding="utf-8")
-    page = FONT_AWESOME.sub("", page)
-    return page.replace("</head>", f'<style type="text/css">\n{icons}</style>\n</head>', 1)
-
-
-def write_index(built: list[tuple[Path, bool, float]], build_dir: Path) -> None:
-    items = [
-        f'<a href="{nb.parent.name}/{nb.stem}.html">{html.escape(nb.stem)}</a>'
-        f" ({seconds:.0f} s{'' if ok else ', FAILED'})"
-        f' · <a href="{nb.parent.name}/{nb.stem}.slides.html">slides</a>'
-        for nb, ok, seconds in built
-    ]
-    write_list_page(build_dir / "index.html", "DDP, by running it", items)
-
-
-def write_list_page(path: Path, title: str, items: list[str]) -> None:
-    """A plain page: a heading and a numbered list of `items` (HTML)."""
-    rows = "\n".join(f"<li>{item}</li>" for item in items)
-    path.write_text(
-        f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{title}</title></head>\n"
-        f"<body><h1>{title}</h1>\n<ol>\n{rows}\n</ol>\n</body></html>\n",
-        encoding="utf-8",
-    )
+    return ok, seconds
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("lessons", nargs="*", help="lesson folders to build (default: all)")
+    parser.add_argument("lessons", nargs="*", help="lesson folders to execute (default: all)")
     parser.add_argument("--out", type=Path, default=REPO / "build", help="where to write")
     args = parser.parse_args()
+    from course import site, slides  # they build on this module
 
-    built = []
+    failed = []
     for notebook in lesson_notebooks(args.lessons):
         print(f"executing {notebook.relative_to(REPO)} ...", flush=True)
-        ok, seconds = execute(notebook, args.out / notebook.parent.name)
+        ok, seconds = execute(notebook, args.out / "executed" / notebook.parent.name)
         print(f"  {'ok' if ok else 'failed'} in {seconds:.0f} s", flush=True)
-        built.append((notebook, ok, seconds))
-    write_index(built, args.out)
+        failed += [] if ok else [notebook.stem]
 
-    failed = [nb.parent.name for nb, ok, _ in built if not ok]
-    print(f"\nThe executed course is in {args.out}/:")
-    print(f"  in a browser:  open {args.out / 'index.html'}")
-    print(f"  in Jupyter:    .venv/bin/jupyter lab {args.out}  (to read, with outputs)")
+    started = time.monotonic()
+    print("building the site with Sphinx ...", flush=True)
+    sphinx_failed = site.build_site(args.out)
+    decks = slides.write_decks(lesson_notebooks([]), args.out)
+    print(f"  site and {len(decks)} decks in {time.monotonic() - started:.0f} s", flush=True)
+
+    print(f"\nThe course is in {args.out}/:")
+    print(f"  in a browser:  open {args.out / 'html' / 'index.html'}")
+    print(
+        f"  in Jupyter:    .venv/bin/jupyter lab {args.out / 'executed'}  (to read, with outputs)"
+    )
     print("  to run the lessons: .venv/bin/jupyter lab, then 00_intro/ (the scripts are there)")
+    if sphinx_failed:
+        print("\nSphinx reported problems (above): the site is incomplete", file=sys.stderr)
     if failed:
-        print(f"\n{len(failed)} lesson(s) failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+        print(f"\n{len(failed)} notebook(s) failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed or sphinx_failed else 0
 
 
 if __name__ == "__main__":

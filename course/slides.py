@@ -1,16 +1,16 @@
-"""Every lesson notebook as a slide deck that opens offline.
+"""Every lesson notebook as a slide deck with speaker notes, that opens offline.
 
     .venv/bin/python -m course.slides              # every lesson
     .venv/bin/python -m course.slides 00_intro     # some lessons
 
-Writes `build/<lesson>/<notebook>.slides.html` and `build/slides.html` (a list of the
-decks). `python -m course.build` writes each deck too, with the executed notebook;
-this command executes nothing, so a deck takes a second or two: it renders from the
-executed notebook `build/<lesson>/<notebook>.ipynb` when there is one (plots and
+Writes `build/html/<lesson>/<notebook>.slides.html`, beside the lesson's page on the
+course site, which links it. `python -m course.build` writes every deck after executing
+the notebooks; this command executes nothing, so a deck takes a second or two: it
+renders from the executed notebook in `build/executed/` when there is one (plots and
 results on the slides), else from the lesson's own notebook, without outputs.
 Open a deck in a browser and step with the arrow keys, space or a click; `Home`/`End`
-jump. (`n` shows speaker notes, the cells typed `notes`; the rule below never gives
-that type, so the lessons' decks have none.)
+jump; `n` shows the speaker notes on the page, `s` opens the speaker window (the page,
+its notes, the next page's title and a clock; the two windows step together).
 
 Which cells make the talk is in each cell's `metadata.slideshow.slide_type`, the
 field nbconvert and Jupyter's slideshow tools read (`slide`, `subslide`, `fragment`,
@@ -21,19 +21,23 @@ from elsewhere). So it is decided in one place:
 
 - a markdown cell that opens with `#` or `##` starts a slide, `###` a subslide;
 - everything from a `Solutions` heading on is skipped: solutions are for reading;
+- a markdown cell that opens with `> **Speaker notes.**` is the notes of the slide it
+  is on (type `notes`): every slide of the lessons has one, at its end;
 - a code cell of nothing but imports is skipped: boilerplate;
 - every other cell (the story, the code shown, the launch, the results) is shown.
 
 A heading inside a markdown cell starts a slide too: the deck splits the cell there
 when it renders, so there is a slide per heading whatever the cell boundaries.
 
-nbconvert's own reveal.js template loads reveal.js, jQuery and require.js from a CDN,
-and no package installed here ships reveal.js; so the decks use a small slide viewer
-of our own (templates/slides), on the same `<section>` markup nbconvert writes.
+nbconvert's own reveal.js template would need reveal.js, jQuery, require.js, mermaid
+and MathJax 2 from a CDN (no package we install ships reveal.js), and its footer script
+calls MathJax on every step; vendoring them means third-party JavaScript in the repository
+and a template of our own anyway. So the decks keep a small viewer of our own
+(templates/slides: deck.js and deck.css) on the same `<section>` markup nbconvert writes,
+with the one thing an instructor needed from reveal.js: a speaker window.
 """
 
 import argparse
-import html
 import re
 import sys
 from pathlib import Path
@@ -41,8 +45,14 @@ from pathlib import Path
 import nbformat
 from nbconvert import SlidesExporter
 
-from course.build import REPO, TEMPLATES, lesson_notebooks, offline, write_list_page
+from course.build import REPO, lesson_notebooks
 
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+ICONS = Path(__file__).resolve().parent / "site_config" / "static" / "animation-icons.css"
+# matplotlib's animations link Font Awesome from a CDN for their buttons' icons.
+FONT_AWESOME = re.compile(r'<link[^>]*href="https?://[^"]*font-awesome[^"]*"[^>]*>')
+# A markdown cell that opens with this is the speaker's notes for the slide it is on.
+NOTES = "> **Speaker notes.**"
 HEADING = re.compile(r"^(#{1,3}) +(.+?)\s*$")
 SOLUTIONS = re.compile(r"solutions?\b", re.IGNORECASE)
 
@@ -69,6 +79,8 @@ def slide_types(cells: list[tuple[str, str]]) -> list[str]:
             in_solutions = True
         if in_solutions:
             types.append("skip")
+        elif kind == "md" and text.startswith(NOTES):
+            types.append("notes")
         elif first:
             types.append("subslide" if first[0] == 3 else "slide")
         elif kind == "code" and _imports_only(text):
@@ -126,38 +138,40 @@ def to_slides(nb) -> str:
     return offline(body)
 
 
-def source_for(notebook: Path, build_dir: Path) -> Path:
-    """The executed notebook in `build_dir` if there is one, else the lesson's own."""
-    executed = build_dir / notebook.parent.name / notebook.name
-    return executed if executed.exists() else notebook
+def offline(page: str) -> str:
+    """`page` without the links that outputs make to a CDN, and their icons drawn
+    by our own style sheet instead (site_config/static/animation-icons.css)."""
+    if not FONT_AWESOME.search(page):
+        return page
+    icons = ICONS.read_text(encoding="utf-8")
+    page = FONT_AWESOME.sub("", page)
+    return page.replace("</head>", f'<style type="text/css">\n{icons}</style>\n</head>', 1)
 
 
-def write_list(decks: list[Path], build_dir: Path) -> None:
-    items = [
-        f'<a href="{deck.parent.name}/{deck.name}">'
-        f"{html.escape(deck.name.removesuffix('.slides.html'))}</a>"
-        for deck in decks
-    ]
-    write_list_page(build_dir / "slides.html", "DDP, by running it: slides", items)
+def write_decks(notebooks: list[Path], build: Path) -> list[Path]:
+    """A deck per notebook, `build/html/<lesson>/<notebook>.slides.html`, from the
+    executed notebook in `build/executed/` when there is one, else the lesson's own."""
+    decks = []
+    for notebook in notebooks:
+        executed = build / "executed" / notebook.parent.name / notebook.name
+        source = executed if executed.exists() else notebook
+        deck = build / "html" / notebook.parent.name / f"{notebook.stem}.slides.html"
+        deck.parent.mkdir(parents=True, exist_ok=True)
+        deck.write_text(to_slides(nbformat.read(source, as_version=4)), encoding="utf-8")
+        decks.append(deck)
+    return decks
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lessons", nargs="*", help="lesson folders (default: all)")
-    parser.add_argument("--out", type=Path, default=REPO / "build", help="where to write")
+    parser.add_argument("--out", type=Path, default=REPO / "build", help="the build folder")
     args = parser.parse_args()
 
-    decks = []
-    for notebook in lesson_notebooks(args.lessons):
-        source = source_for(notebook, args.out)
-        deck = args.out / notebook.parent.name / f"{notebook.stem}.slides.html"
-        deck.parent.mkdir(parents=True, exist_ok=True)
-        deck.write_text(to_slides(nbformat.read(source, as_version=4)), encoding="utf-8")
-        executed = "executed" if source != notebook else "not executed: no outputs"
-        print(f"{deck}  (from {source}, {executed})")
-        decks.append(deck)
-    write_list(decks, args.out)
-    print(f"\nOpen {args.out / 'slides.html'} in a browser.")
+    notebooks = lesson_notebooks(args.lessons)
+    for notebook, deck in zip(notebooks, write_decks(notebooks, args.out), strict=True):
+        executed = (args.out / "executed" / notebook.parent.name / notebook.name).exists()
+        print(f"{deck}  ({'executed' if executed else 'not executed: no outputs'})")
     return 0
 
 

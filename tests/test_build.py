@@ -1,12 +1,17 @@
-"""The rendered course: pages that load nothing from the network, and a lesson list."""
+"""The build: notebooks executed in this Python, and how the site shows them (a page
+per notebook with its run, deck and scripts; a page per script). Sphinx's build of the
+whole site, and the site in a browser: test_site.py."""
 
 import json
-import re
 import sys
+from pathlib import Path
 
 import nbformat
+from conftest import REPO
 
-from course.build import execute, lesson_notebooks, to_html
+from course import build, site, slides
+from course.build import execute, lesson_notebooks
+from course.slides import NOTES, to_slides
 
 
 def test_lessons_are_found_in_course_order():
@@ -31,13 +36,54 @@ def test_lessons_are_found_in_course_order():
     ]
 
 
-def test_rendered_pages_fetch_nothing_from_the_network():
-    nb = nbformat.read(lesson_notebooks(["00_intro"])[0], as_version=4)
-    page, _ = to_html(nb)
-    assert "The first job" in page  # the lesson is there
-    # Resources the browser would fetch (links a reader may follow are fine).
-    external = re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?://[^"]+)"', page)
-    assert external == []
+def test_a_lesson_page_links_its_deck_and_scripts_and_leaves_the_notes_to_the_deck():
+    notebook = Path("03_fault_tolerance/03_fault_tolerance.ipynb")
+    nb = nbformat.read(REPO / notebook, as_version=4)
+    assert any(cell.source.startswith(NOTES) for cell in nb.cells)  # the lesson has notes
+    uses = site.mentioned_scripts(nb, notebook.parent, site.scripts())
+    # Named in its cells: in the lesson's folder, in a subfolder, in common/.
+    assert Path("03_fault_tolerance/multigpu_torchrun.py") in uses
+    assert Path("03_fault_tolerance/exercises/atomic_save.py") in uses
+    assert Path("common/snapshot.py") in uses
+    assert all((REPO / script).is_file() for script in uses)
+
+    page = nbformat.reads(site.lesson_page(nb, notebook, uses), as_version=4)
+
+    assert not [cell for cell in page.cells if cell.source.startswith(NOTES)]
+    header = page.cells[1].source
+    assert "Not executed by this build" in header  # the committed notebook has no run
+    assert '<a class="course-deck" href="03_fault_tolerance.slides.html">' in header
+    assert "[multigpu_torchrun.py](../03_fault_tolerance/multigpu_torchrun.py.md)" in header
+    assert "[exercises/atomic_save.py](../03_fault_tolerance/exercises/atomic_save.py.md)" in header
+    assert "[common/snapshot.py](../common/snapshot.py.md)" in header
+
+
+def test_a_page_says_how_its_notebook_ran():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title")])
+    run = {
+        "ok": False,
+        "seconds": 61.4,
+        "date": "2026-11-25",
+        "torch": "2.14.1",
+        "python": "3.11.7",
+    }
+    nb.metadata["course_build"] = run
+    assert site.run_line(nb) == (
+        "**Failed** when executed on 2026-11-25 in 61 s, with PyTorch 2.14.1 and Python 3.11.7"
+        " by `python -m course.build`."
+    )
+
+
+def test_a_script_page_shows_the_whole_file_highlighted():
+    script = Path("common/ring.py")
+    page = site.script_page(script, [Path("01_theory/01_theory.ipynb")])
+    assert page.startswith(
+        "# common/ring.py\n\nRun or shown by [01_theory](../01_theory/01_theory.ipynb)."
+    )
+    assert "```{code-block} python\n:linenos:\n" in page
+    assert (REPO / script).read_text().rstrip() in page
+    # A file with a fence of its own inside keeps it: the page's fence is longer.
+    assert site.fenced("a\n```\nb", "text").startswith("````{code-block} text")
 
 
 def test_animations_are_rendered_without_their_cdn_icons():
@@ -54,18 +100,19 @@ def test_animations_are_rendered_without_their_cdn_icons():
     plt.close(fig)
     assert "font-awesome" in jshtml  # what the build has to undo
     nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell("# An animation"))
     nb.cells.append(nbformat.v4.new_code_cell("animation"))
-    nb.cells[0].outputs = [
+    nb.cells[1].outputs = [
         nbformat.v4.new_output("display_data", data={"text/html": jshtml, "text/plain": ""})
     ]
 
-    page, _ = to_html(nb)
+    deck = to_slides(nbformat.reads(json.dumps(nb), as_version=4))
+    page = site.lesson_page(nb, Path("00_intro/00_intro.ipynb"), [])
 
-    assert 'class="anim-buttons"' in page  # the animation is there
-    assert (
-        re.findall(r'<(?:script|link|img|iframe)[^>]+(?:src|href)="(https?://[^"]+)"', page) == []
-    )
-    assert ".anim-buttons .fa-play::before" in page  # its icons, drawn without the font
+    assert 'class=\\"anim-buttons\\"' in page  # the animation is there (JSON-escaped)
+    assert "font-awesome" not in page  # the site's own style sheet draws the icons
+    assert 'class="anim-buttons"' in deck and "font-awesome" not in deck
+    assert ".anim-buttons .fa-play::before" in deck  # its icons, drawn without the font
 
 
 def test_notebooks_run_in_this_python_whatever_kernelspec_comes_first(tmp_path, monkeypatch):
@@ -95,3 +142,33 @@ def test_notebooks_run_in_this_python_whatever_kernelspec_comes_first(tmp_path, 
     assert ok
     executed = nbformat.read(tmp_path / "out" / "probe.ipynb", as_version=4)
     assert executed.cells[0].outputs[0]["text"] == f"{sys.executable} {lesson}\n"
+    assert executed.metadata["course_build"]["ok"] is True  # what the page will say
+    assert executed.metadata["course_build"]["python"] == sys.version.split()[0]
+
+
+def test_a_warning_from_sphinx_fails_the_site(tmp_path, monkeypatch):
+    # A source folder whose only page links to a page that does not exist.
+    def one_page(executed, source):
+        source.mkdir(parents=True)
+        (source / "index.md").write_text("# Home\n\n[a lesson](missing.md)\n", encoding="utf-8")
+
+    monkeypatch.setattr(site, "stage", one_page)
+    assert site.build_site(tmp_path) != 0
+    assert (tmp_path / "html" / "index.html").is_file()  # built all the same
+
+
+def test_a_failed_notebook_fails_the_build(tmp_path, monkeypatch, capsys):
+    lesson = tmp_path / "99_broken"
+    lesson.mkdir()
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")])
+    nbformat.write(notebook, lesson / "99_broken.ipynb")
+    monkeypatch.setattr(build, "REPO", tmp_path)  # a lesson of a repository made here
+    monkeypatch.setattr(build, "lesson_notebooks", lambda names: [lesson / "99_broken.ipynb"])
+    monkeypatch.setattr(site, "build_site", lambda out: 0)  # the site: tests above
+    monkeypatch.setattr(slides, "write_decks", lambda notebooks, out: [])
+    monkeypatch.setattr(sys, "argv", ["course.build", "--out", str(tmp_path / "build")])
+
+    assert build.main() == 1
+    assert "1 notebook(s) failed: 99_broken" in capsys.readouterr().err
+    executed = nbformat.read(tmp_path / "build/executed/99_broken/99_broken.ipynb", as_version=4)
+    assert executed.metadata["course_build"]["ok"] is False  # its page will say so

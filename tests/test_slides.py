@@ -23,6 +23,7 @@ def test_the_rule():
         ("md", "Some story"),
         ("code", 'import re\n\nrun("torchrun ...")'),
         ("md", "## A section"),
+        ("md", "> **Speaker notes.** Say this."),
         ("md", "### A topic"),
         ("code", "# a comment first\nassert check()"),
         ("md", "## Summary\n\n...\n\n## Exercises\n\n1. ...\n\n## Solutions\n\n**1.** ..."),
@@ -35,6 +36,7 @@ def test_the_rule():
         "-",
         "-",  # imports, then a launch: shown
         "slide",
+        "notes",  # the speaker's, on the slide above
         "subslide",
         "-",
         "slide",
@@ -72,12 +74,12 @@ def test_every_lesson_cell_carries_the_type_the_rule_gives(notebook):
 
 
 class Deck(HTMLParser):
-    """The pages (subslides) of a deck: for each, its headings, and whether anything
-    was shown on the page before its first heading."""
+    """The pages (subslides) of a deck: for each, its headings, whether anything
+    was shown on the page before its first heading, and its speaker notes."""
 
     def __init__(self, page: str):
         super().__init__()
-        self.depth, self.slides, self.pages, self.heading = 0, 0, [], None
+        self.depth, self.slides, self.pages, self.heading, self.in_notes = 0, 0, [], None, 0
         self.feed(page)
 
     def handle_starttag(self, tag, attrs):
@@ -85,19 +87,27 @@ class Deck(HTMLParser):
             self.depth += 1
             self.slides += self.depth == 1
             if self.depth == 2:
-                self.pages.append({"headings": [], "before_heading": ""})
+                self.pages.append({"headings": [], "before_heading": "", "notes": ""})
+        elif tag == "aside" and ("class", "notes") in attrs:
+            self.in_notes = 1
+        elif self.in_notes and tag == "aside":
+            self.in_notes += 1
         elif re.fullmatch(r"h[1-3]", tag) and self.depth == 2:
             self.heading = [tag, ""]
 
     def handle_endtag(self, tag):
         if tag == "section":
             self.depth -= 1
+        elif tag == "aside" and self.in_notes:
+            self.in_notes -= 1
         elif self.heading and tag == self.heading[0]:
             self.pages[-1]["headings"].append((tag, self.heading[1].strip(" ¶")))
             self.heading = None
 
     def handle_data(self, data):
-        if self.heading:
+        if self.in_notes:
+            self.pages[-1]["notes"] += data
+        elif self.heading:
             self.heading[1] += data
         elif self.depth == 2 and not self.pages[-1]["headings"]:
             self.pages[-1]["before_heading"] += data.strip()
@@ -132,6 +142,8 @@ def test_a_lesson_deck_has_a_slide_per_heading(notebook):
     opening = [words(title) for tag, title in firsts if tag in ("h1", "h2")]
     assert opening == [words(title) for title in shown]
     assert all(p["before_heading"] == "" for p in deck.pages), deck.pages
+    # Every page has the speaker's notes, and they are notes, not the slide's text.
+    assert [p["headings"][0] for p in deck.pages if "Speaker notes." not in p["notes"]] == []
     # Skipped cells are absent: the solutions, and code that is nothing but imports.
     headings = [title for p in deck.pages for _, title in p["headings"]]
     assert not [title for title in headings if title.startswith("Solution")]
@@ -158,7 +170,6 @@ def test_the_command_writes_every_deck(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     decks = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*.html"))
-    expected = [f"{nb.parent.name}/{nb.stem}.slides.html" for nb in lesson_notebooks([])]
-    assert decks == sorted([*expected, "slides.html"])
-    index = (tmp_path / "slides.html").read_text()
-    assert all(f'href="{deck}"' in index for deck in expected)
+    expected = [f"html/{nb.parent.name}/{nb.stem}.slides.html" for nb in lesson_notebooks([])]
+    assert decks == sorted(expected)
+    assert "(not executed: no outputs)" in result.stdout  # no build/executed/ here

@@ -1,0 +1,294 @@
+"""The course site and decks, built by `course.build`'s Sphinx step and opened in a real
+headless browser (Debian's chromium).
+
+The site is built once here, from the lesson notebooks as committed (executing them is
+their nbmake tests' business, and takes ten minutes), except lesson 00: its executed
+notebook is one made here whose outputs stand for everything the lessons show (a
+matplotlib figure as PNG, an animation as HTML+JS from `to_jshtml`, a table, printed
+text). Sphinx must build it without a single warning (a link to a missing page is one).
+In chromium, the pages a reader meets first are opened and every link on them followed:
+the home page, lesson 00's page and deck, a script page and its lesson's list of scripts,
+WORKSHOP, a lesson without outputs; and a search is run. `python -m course.browser_check`
+opens every page of a full build. And a broken page, to show the check fails when it
+should; and a deck's speaker window, stepping with the deck.
+
+Chromium comes from `python3 -m course.system_packages` (CI runs it as root first);
+without it the browser tests skip and say why, or fail under COURSE_STRICT=1."""
+
+import re
+import subprocess
+import textwrap
+
+import nbformat
+import pytest
+from conftest import PYTHON, REPO, skip_or_fail
+from nbclient import NotebookClient
+
+from course import browser_check, site
+from course.build import lesson_notebooks
+from course.slides import to_slides, write_decks
+
+# A valid 1x1 GIF.
+PIXEL = "data:image/gif;base64,R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw=="
+
+REPRESENTATIVE = [
+    ("md", "# Outputs of every kind\n\nA figure, an animation and a table."),
+    (
+        "code",
+        textwrap.dedent("""\
+        import matplotlib.pyplot as plt
+        from matplotlib.animation import FuncAnimation
+        from IPython.display import HTML, Markdown, display"""),
+    ),
+    ("md", "## A figure"),
+    (
+        "code",
+        textwrap.dedent("""\
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([1, 2, 3], [3, 1, 2])
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        plt.show()"""),
+    ),
+    ("md", "## An animation"),
+    (
+        "code",
+        textwrap.dedent("""\
+        fig, ax = plt.subplots(figsize=(3, 2))
+        (line,) = ax.plot([], [])
+        ax.set_xlim(0, 3)
+        ax.set_ylim(0, 3)
+        animation = FuncAnimation(fig, lambda i: line.set_data(range(i + 1), range(i + 1)),
+                                  frames=3)
+        plt.close(fig)
+        HTML(animation.to_jshtml())"""),
+    ),
+    ("md", "## A table"),
+    ("code", 'display(Markdown("| ranks | seconds |\\n|---|---|\\n| 1 | 2.0 |\\n| 2 | 1.1 |"))'),
+    ("code", 'print("rank 0 done")'),
+]
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    skip_or_fail(browser_check.why_no_chromium())
+
+
+def representative_notebook():
+    nb = nbformat.v4.new_notebook()
+    for kind, text in REPRESENTATIVE:
+        new = nbformat.v4.new_markdown_cell if kind == "md" else nbformat.v4.new_code_cell
+        nb.cells.append(new(text))
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    return nb
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A build folder: lesson 00 executed (the representative notebook), the site, the
+    decks (the others without outputs)."""
+    build = tmp_path_factory.mktemp("build")
+    nb = representative_notebook()
+    run = {"ok": True, "seconds": 1.0, "date": "2026-11-25", "torch": "t", "python": "p"}
+    nb.metadata["course_build"] = run
+    (build / "executed" / "00_intro").mkdir(parents=True)
+    nbformat.write(nb, build / "executed" / "00_intro" / "00_intro.ipynb")
+    sphinx_exit_code = site.build_site(build)
+    write_decks(lesson_notebooks([]), build)
+    return build, sphinx_exit_code
+
+
+def test_the_site_builds_without_a_warning(built):
+    build, sphinx_exit_code = built
+    assert sphinx_exit_code == 0
+    html = build / "html"
+    for script in site.scripts():  # a page per script
+        assert (html / f"{script}.html").is_file(), script
+    lesson = (html / "00_intro" / "00_intro.html").read_text(encoding="utf-8")
+    # The sidebar lists every lesson in course order; next and previous lead on.
+    home = (html / "index.html").read_text(encoding="utf-8")
+    sidebar = home[home.index('class="bd-sidebar-primary') :]
+    order = [
+        sidebar.index(f'href="{nb.relative_to(REPO)}'.replace(".ipynb", ".html"))
+        for nb in lesson_notebooks([])
+    ]
+    assert order == sorted(order)
+    assert re.search(r'class="left-prev"\s+href="../index.html"', lesson)
+    assert re.search(r'class="right-next"\s+href="../01_theory/01_theory.html"', lesson)
+    # The executed outputs, the run, the deck and the scripts.
+    assert lesson.count("data:image/png;base64,") + lesson.count('src="../_images/') >= 2
+    assert "Executed on 2026-11-25 in 1 s" in lesson
+    assert 'href="00_intro.slides.html"' in lesson
+    theory = (html / "01_theory" / "01_theory.html").read_text(encoding="utf-8")
+    assert 'href="ring_allreduce.py.html"' in theory and "Not executed by this build" in theory
+    assert "Speaker notes." not in theory  # they are the decks'
+    assert (html / "00_intro" / "00_intro.slides.html").is_file()
+
+
+def test_the_site_loads_cleanly_in_chromium(chromium, built):
+    html = built[0] / "html"
+    pages = [
+        "index.html",
+        "00_intro/00_intro.html",
+        "00_intro/00_intro.slides.html",
+        "00_intro/hello_torchrun.py.html",
+        "00_intro/scripts.html",
+        "01_theory/01_theory.html",
+        "WORKSHOP.html",
+    ]
+
+    results = browser_check.check(html, [html / page for page in pages])
+
+    assert sorted(results) == sorted([*pages, "search.html?q=all_reduce"])
+    assert {page: problems for page, problems in results.items() if problems} == {}
+
+
+def in_chromium(deck: str, expression: str, folder) -> tuple[list[str], object]:
+    """Serve `deck` from `folder`, open it in chromium, and evaluate `expression` there."""
+    (folder / "deck.html").write_text(deck, encoding="utf-8")
+    server, base = browser_check.serve(folder)
+    try:
+        with browser_check.Browser() as browser:
+            return browser.open(base + "deck.html", expression=expression)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# Steps through a deck with the keyboard and reports, after each key, the page shown,
+# whether its fragment is visible, and whether the speaker notes are.
+STEP_THROUGH = """(() => {
+  const state = () => [
+    document.querySelector("section.current h1, section.current h2").textContent.replace("¶", ""),
+    document.querySelectorAll(".fragment.visible").length,
+    getComputedStyle(document.querySelector("aside.notes")).display,
+  ];
+  const seen = [state()];
+  for (const key of ["ArrowRight", "ArrowRight", "ArrowRight", "n", "ArrowLeft", "Home"]) {
+    document.dispatchEvent(new KeyboardEvent("keydown", {key}));
+    seen.push(state());
+  }
+  return [document.body.dataset.deckPages, seen];
+})()"""
+
+
+def markdown_notebook(*texts: str):
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(t) for t in texts])
+
+
+def test_a_deck_steps_through_pages_fragments_and_notes(chromium, tmp_path):
+    nb = markdown_notebook("# Title\n\nopening words", "## Second", "appears later", "say this")
+    nb.cells[2].metadata["slideshow"] = {"slide_type": "fragment"}
+    nb.cells[3].metadata["slideshow"] = {"slide_type": "notes"}
+    problems, (pages, seen) = in_chromium(to_slides(nb), STEP_THROUGH, tmp_path)
+
+    assert problems == []
+    assert pages == "2"
+    assert seen == [
+        ["Title", 0, "none"],
+        ["Second", 0, "none"],  # a new page: its fragment still hidden
+        ["Second", 1, "none"],  # the fragment appears
+        ["Second", 1, "none"],  # the last step: nothing further
+        ["Second", 1, "block"],  # n: the speaker notes
+        ["Second", 0, "block"],  # back: the fragment hides first
+        ["Title", 0, "block"],
+    ]
+
+
+def test_a_broken_page_fails(chromium, tmp_path):
+    (tmp_path / "index.html").write_text(
+        f'<!doctype html><img src="{PIXEL}"><a href="broken.html">on</a>', encoding="utf-8"
+    )
+    (tmp_path / "broken.html").write_text(
+        "<!doctype html>\n"
+        '<img src="missing.png">\n'
+        '<img src="data:image/png;base64,bm90IGFuIGltYWdl">\n'
+        "<script>notDefined();</script>\n"
+        '<script>console.error("something broke")</script>\n'
+        '<link rel="stylesheet" href="https://cdn.invalid/style.css">\n'
+        '<a href="gone.html">gone</a>\n'
+        '<a href="index.html#nowhere">a place index.html does not have</a>\n',
+        encoding="utf-8",
+    )
+
+    results = browser_check.check(tmp_path)
+
+    assert results["index.html"] == []
+    problems = "\n".join(results["broken.html"])
+    assert (
+        "missing resource: http://127.0.0.1:" in problems and "/missing.png (HTTP 404)" in problems
+    )
+    assert "image did not load: data:image/png;base64,bm90IGFuIGltYWdl" in problems
+    assert "JavaScript exception: ReferenceError: notDefined is not defined" in problems
+    assert "console error: something broke" in problems
+    assert "fetches from the network: https://cdn.invalid/style.css" in problems
+    assert "broken link: gone.html" in problems
+    assert "broken link: index.html#nowhere (no such place)" in problems
+
+
+def test_the_command_exits_non_zero_on_a_broken_page(chromium, tmp_path):
+    (tmp_path / "index.html").write_text('<!doctype html><img src="missing.png">')
+    result = subprocess.run(
+        [PYTHON, "-m", "course.browser_check", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "FAIL  index.html" in result.stdout
+    assert "0 of 1 pages loaded cleanly" in result.stdout
+
+
+# Opens the speaker window from a deck (the key `s`), then steps in each window in turn
+# and reports, after each step, the page each shows and what the speaker panel says.
+# Each window tells the other by a message: wait until the other has followed.
+SPEAKER = """(async () => {
+  const press = (win, key) => win.document.dispatchEvent(new KeyboardEvent("keydown", {key}));
+  const page = win => win.document.querySelector("section.current h1, section.current h2")
+    .textContent.replace("¶", "");
+  const until = async test => {
+    for (const waited = Date.now(); !test(); ) {
+      if (Date.now() - waited > 10000) throw new Error("the other window did not follow");
+      await new Promise(resolve => setTimeout(resolve, 50));
+    }
+  };
+  const opened = new Promise(resolve => {
+    const open = window.open;
+    window.open = (...args) => { const w = open(...args); resolve(w); return w; };
+  });
+  press(window, "ArrowRight");
+  press(window, "s");
+  const speaker = await opened;
+  await until(() => speaker.document.querySelector(".deck-speaker"));
+  const panel = () => ["deck-notes", "deck-next", "deck-clock"].map(
+    part => speaker.document.querySelector("." + part).textContent);
+  const seen = [[page(window), page(speaker), speaker.location.hash, ...panel()]];
+  press(speaker, "ArrowLeft");
+  await until(() => page(window) === "Title");
+  seen.push([page(window), page(speaker), speaker.location.hash, ...panel()]);
+  press(window, "End");
+  await until(() => page(speaker) === "Second");
+  seen.push([page(window), page(speaker), speaker.location.hash, ...panel()]);
+  speaker.close();
+  return seen;
+})()"""
+
+
+def test_the_speaker_window_shows_the_notes_and_steps_with_the_deck(chromium, tmp_path):
+    nb = markdown_notebook(
+        "# Title\n\nopening words",
+        "> **Speaker notes.** Welcome them.",
+        "## Second",
+        "> **Speaker notes.** Point at the diff.",
+    )
+    problems, seen = in_chromium(to_slides(nb), SPEAKER, tmp_path)
+
+    assert problems == []
+    # The clock: minutes and seconds since the window opened.
+    assert all(re.fullmatch(r"\d+:\d\d", clock) for *_, clock in seen), seen
+    diff = "Speaker notes. Point at the diff."
+    assert [[*row[:3], row[3].strip(), row[4]] for row in seen] == [
+        ["Second", "Second", "#speaker/2", diff, "The last page."],  # opens where the deck is
+        ["Title", "Title", "#speaker/1", "Speaker notes. Welcome them.", "Next: Second"],
+        ["Second", "Second", "#speaker/2", diff, "The last page."],
+    ]
