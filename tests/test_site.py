@@ -85,8 +85,8 @@ def representative_notebook():
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """A build folder: lesson 00 executed (the representative notebook), the site, the
-    decks (the others without outputs)."""
+    """A build folder: lesson 00 executed (the representative notebook), the site, and
+    the decks of the two lessons whose pages are opened here."""
     build = tmp_path_factory.mktemp("build")
     nb = representative_notebook()
     run = {"ok": True, "seconds": 1.0, "date": "2026-11-25", "torch": "t", "python": "p"}
@@ -94,7 +94,7 @@ def built(tmp_path_factory):
     (build / "executed" / "00_intro").mkdir(parents=True)
     nbformat.write(nb, build / "executed" / "00_intro" / "00_intro.ipynb")
     sphinx_exit_code = site.build_site(build)
-    write_decks(lesson_notebooks([]), build)
+    write_decks(lesson_notebooks(["00_intro", "01_theory"]), build)  # the decks opened here
     return build, sphinx_exit_code
 
 
