@@ -125,37 +125,49 @@ def toctree(caption: str, entries: list[str]) -> str:
     return "\n".join(["```{toctree}", f":caption: {caption}", ":hidden:", "", *entries, "```", ""])
 
 
-def stage(executed: Path, source: Path) -> list[Path]:
-    """Write Sphinx's source folder; return the documents it holds (for the check)."""
+def pages(executed: Path) -> dict[Path, str]:
+    """Every file of Sphinx's source folder, by its path in it: {path: text}."""
     known = scripts()
     notebooks = [nb.relative_to(REPO) for nb in lesson_notebooks([])]
-    used_by: dict[Path, list[Path]] = {script: [] for script in known}
+    files, used_by = {}, {script: [] for script in known}
     for notebook in notebooks:
         built = executed / notebook
         nb = nbformat.read(built if built.exists() else REPO / notebook, as_version=4)
         uses = mentioned_scripts(nb, notebook.parent, known)
         for script in uses:
             used_by[script].append(notebook)
-        write_if_changed(source / notebook, lesson_page(nb, notebook, uses))
+        files[notebook] = lesson_page(nb, notebook, uses)
     for script in known:
-        write_if_changed(source / f"{script}.md", script_page(script, used_by[script]))
+        files[Path(f"{script}.md")] = script_page(script, used_by[script])
 
     folders = sorted({script.parts[0] for script in known}, key=lambda f: (f == "common", f))
     for folder in folders:
         title = "Shared by the lessons: common/" if folder == "common" else f"Scripts of {folder}"
         entries = [str(s.relative_to(folder)) + ".md" for s in known if s.parts[0] == folder]
         listing = toctree("Files", entries).replace(":hidden:\n", ":maxdepth: 1\n")
-        write_if_changed(source / folder / "scripts.md", f"# {title}\n\n{listing}")
+        files[Path(folder) / "scripts.md"] = f"# {title}\n\n{listing}"
 
     home = (REPO / "README.md").read_text(encoding="utf-8")
     home += "\n" + toctree("Lessons", [str(nb) for nb in notebooks])
     home += toctree("The code", [f"{folder}/scripts.md" for folder in folders])
     home += toctree("For instructors", ["WORKSHOP.md", "LICENSE.md"])
-    write_if_changed(source / "index.md", home)
-    write_if_changed(source / "WORKSHOP.md", (REPO / "WORKSHOP.md").read_text(encoding="utf-8"))
+    files[Path("index.md")] = home
+    files[Path("WORKSHOP.md")] = (REPO / "WORKSHOP.md").read_text(encoding="utf-8")
     licence = (REPO / "LICENSE").read_text(encoding="utf-8")
-    write_if_changed(source / "LICENSE.md", "# License\n\n" + fenced(licence, "text"))
-    return notebooks
+    files[Path("LICENSE.md")] = "# License\n\n" + fenced(licence, "text")
+    return files
+
+
+def stage(executed: Path, source: Path) -> None:
+    """Write Sphinx's source folder: a file only when its text changed (Sphinx then
+    reads again only those), and no file left from a script or lesson since removed
+    (Sphinx would build it, outside every table of contents: a warning)."""
+    files = pages(executed)
+    for old in [path for path in source.rglob("*") if path.is_file()]:
+        if old.relative_to(source) not in files:
+            old.unlink()
+    for path, text in files.items():
+        write_if_changed(source / path, text)
 
 
 def build_site(build: Path) -> int:

@@ -3,6 +3,7 @@ per notebook with its run, deck and scripts; a page per script). Sphinx's build 
 whole site, and the site in a browser: test_site.py."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -172,3 +173,21 @@ def test_a_failed_notebook_fails_the_build(tmp_path, monkeypatch, capsys):
     assert "1 notebook(s) failed: 99_broken" in capsys.readouterr().err
     executed = nbformat.read(tmp_path / "build/executed/99_broken/99_broken.ipynb", as_version=4)
     assert executed.metadata["course_build"]["ok"] is False  # its page will say so
+
+
+def test_staging_removes_what_is_gone_and_rewrites_only_what_changed(tmp_path):
+    source = tmp_path / "source"
+    stale = source / "02_multigpu" / "renamed_since.py.md"  # a script no longer there
+    stale.parent.mkdir(parents=True)
+    stale.write_text("# renamed_since.py\n")
+    site.stage(tmp_path / "executed", source)
+    assert not stale.exists()  # Sphinx would build it outside every table of contents
+    assert (source / "02_multigpu" / "multigpu.py.md").is_file()
+
+    home, workshop = source / "index.md", source / "WORKSHOP.md"
+    os.utime(home, ns=(1, 1))  # as if written long ago
+    workshop.write_text("edited since", encoding="utf-8")
+    site.stage(tmp_path / "executed", source)
+
+    assert home.stat().st_mtime_ns == 1  # unchanged: not written, so Sphinx skips it
+    assert workshop.read_text(encoding="utf-8") == (REPO / "WORKSHOP.md").read_text()
