@@ -26,6 +26,7 @@ from nbclient import NotebookClient
 
 from course import browser_check, site
 from course.build import lesson_notebooks
+from course.chromium import Browser
 from course.slides import to_slides, write_decks
 
 # A valid 1x1 GIF.
@@ -148,7 +149,7 @@ def in_chromium(deck: str, expression: str, folder) -> tuple[list[str], object]:
     (folder / "deck.html").write_text(deck, encoding="utf-8")
     server, base = browser_check.serve(folder)
     try:
-        with browser_check.Browser() as browser:
+        with Browser() as browser:
             return browser.open(base + "deck.html", expression=expression)
     finally:
         server.shutdown()
