@@ -72,11 +72,14 @@ def fenced(text: str, language: str, options: str = "") -> str:
     return f"{fence}{{code-block}} {language}\n{options}\n{text.rstrip()}\n{fence}\n"
 
 
+def to_root(page: Path) -> Path:
+    """The way from `page` (a path in the source folder) back to the folder's top."""
+    return Path("../" * (len(page.parts) - 1))
+
+
 def script_page(script: Path, used_by: list[Path]) -> str:
     text = (REPO / script).read_text(encoding="utf-8")
-    links = ", ".join(
-        f"[{nb.stem}]({Path('../' * (len(script.parts) - 1)) / nb})" for nb in used_by
-    )
+    links = ", ".join(f"[{nb.stem}]({to_root(script) / nb})" for nb in used_by)
     lines = [f"# {script.as_posix()}", ""]
     if used_by:
         lines += [f"Run or shown by {links}.", ""]
@@ -88,9 +91,11 @@ def run_line(nb) -> str:
     run = nb.metadata.get("course_build")
     if not run:
         return "Not executed by this build: the page shows the notebook without outputs."
-    how = f"on {run['date']} in {run['seconds']:.0f} s, with PyTorch {run['torch']} and Python"
     outcome = "Executed" if run["ok"] else "**Failed** when executed"
-    return f"{outcome} {how} {run['python']} by `python -m course.build`."
+    return (
+        f"{outcome} on {run['date']} in {run['seconds']:.0f} s, with PyTorch {run['torch']}"
+        f" and Python {run['python']} by `python -m course.build`."
+    )
 
 
 def lesson_page(nb, notebook: Path, scripts_used: list[Path]) -> str:
@@ -101,14 +106,13 @@ def lesson_page(nb, notebook: Path, scripts_used: list[Path]) -> str:
         for output in cell.get("outputs", []):
             if "text/html" in output.get("data", {}):
                 output.data["text/html"] = FONT_AWESOME.sub("", output.data["text/html"])
-    up = Path("../" * (len(notebook.parts) - 1))
     # A script of this lesson by its path in the lesson (exercises/ring.py), others in full.
     names = [
         s.relative_to(notebook.parent) if s.is_relative_to(notebook.parent) else s
         for s in scripts_used
     ]
     links = " · ".join(
-        f"[{name}]({up / s}.md)" for name, s in zip(names, scripts_used, strict=True)
+        f"[{name}]({to_root(notebook) / s}.md)" for name, s in zip(names, scripts_used, strict=True)
     )
     header = [
         run_line(nb),
