@@ -8,8 +8,8 @@ that the README's links (`00_intro/00_intro.ipynb`) lead to the pages:
 - `index.md`: the README (the home page), with the site's tables of contents after it;
 - each lesson's notebooks, executed when the build has run them (else as committed,
   without outputs), each with a line saying when and how it ran, a link to its slide
-  deck and to the scripts it runs or shows; the cells typed `notes` (the speaker's,
-  see `course.slides`) are left to the decks;
+  deck and to the scripts it runs or shows (the speaker notes are the decks' alone:
+  `course.speaker_notes`);
 - a highlighted page per script (`multigpu.py.md`), and a list of them per lesson;
 - WORKSHOP.md and LICENSE.
 
@@ -100,8 +100,7 @@ def run_line(nb) -> str:
 
 def lesson_page(nb, notebook: Path, scripts_used: list[Path]) -> str:
     """The notebook as the site shows it (JSON): a line on its run, its deck and
-    scripts after the title cell; no speaker notes."""
-    nb.cells = [c for c in nb.cells if c.metadata.get("slideshow", {}).get("slide_type") != "notes"]
+    scripts after the title cell."""
     for cell in nb.cells:  # the site's style sheet draws the animations' icons
         for output in cell.get("outputs", []):
             if "text/html" in output.get("data", {}):

@@ -22,7 +22,8 @@ from elsewhere). So it is decided in one place:
 - a markdown cell that opens with `#` or `##` starts a slide, `###` a subslide;
 - everything from a `Solutions` heading on is skipped: solutions are for reading;
 - a markdown cell that opens with `> **Speaker notes.**` is the notes of the slide it
-  is on (type `notes`): every slide of the lessons has one, at its end;
+  is on (type `notes`); the lessons keep theirs out of the notebook, in a notes file
+  beside it (`course.speaker_notes` says why), which `write_decks` adds to each deck;
 - a code cell of nothing but imports is skipped: boilerplate;
 - every other cell (the story, the code shown, the launch, the results) is shown.
 
@@ -46,13 +47,12 @@ import nbformat
 from nbconvert import SlidesExporter
 
 from course.build import REPO, lesson_notebooks
+from course.speaker_notes import MARKER, notes_file, read_notes, with_notes
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 ICONS = Path(__file__).resolve().parent / "site_config" / "static" / "animation-icons.css"
 # matplotlib's animations link Font Awesome from a CDN for their buttons' icons.
 FONT_AWESOME = re.compile(r'<link[^>]*href="https?://[^"]*font-awesome[^"]*"[^>]*>')
-# A markdown cell that opens with this is the speaker's notes for the slide it is on.
-NOTES = "> **Speaker notes.**"
 HEADING = re.compile(r"^(#{1,3}) +(.+?)\s*$")
 SOLUTIONS = re.compile(r"solutions?\b", re.IGNORECASE)
 
@@ -79,7 +79,7 @@ def slide_types(cells: list[tuple[str, str]]) -> list[str]:
             in_solutions = True
         if in_solutions:
             types.append("skip")
-        elif kind == "md" and text.startswith(NOTES):
+        elif kind == "md" and text.startswith(MARKER):
             types.append("notes")
         elif first:
             types.append("subslide" if first[0] == 3 else "slide")
@@ -126,13 +126,15 @@ def split_at_headings(nb) -> None:
     nb.cells = cells
 
 
-def to_slides(nb) -> str:
-    """One deck, as a single HTML page that loads nothing from the network. Cells
+def to_slides(nb, notes: dict[str, str] | None = None, notes_name: str = "") -> str:
+    """One deck, as a single HTML page that loads nothing from the network, with
+    `notes` ({page title: notes}, `course.speaker_notes`) on their pages. Cells
     without slide metadata (a notebook not written by our generators) get the rule's."""
     kinds = [("md" if cell.cell_type == "markdown" else "code", cell.source) for cell in nb.cells]
     for cell, slide_type in zip(nb.cells, slide_types(kinds), strict=True):
         cell.metadata.setdefault("slideshow", {"slide_type": slide_type})
     split_at_headings(nb)
+    with_notes(nb, notes or {}, notes_name)
     exporter = SlidesExporter(template_name="slides", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exporter.from_notebook_node(nb)
     return offline(body)
@@ -148,16 +150,25 @@ def offline(page: str) -> str:
     return page.replace("</head>", f'<style type="text/css">\n{icons}</style>\n</head>', 1)
 
 
+def deck_of(notebook: Path, source: Path | None = None) -> str:
+    """The deck of a lesson notebook with its speaker notes, rendered from `source`
+    (its executed copy) when given, else from the notebook itself."""
+    nb = nbformat.read(source or notebook, as_version=4)
+    notes = notes_file(notebook)
+    return to_slides(nb, read_notes(notes) if notes.exists() else {}, notes.name)
+
+
 def write_decks(notebooks: list[Path], build: Path) -> list[Path]:
     """A deck per notebook, `build/html/<lesson>/<notebook>.slides.html`, from the
-    executed notebook in `build/executed/` when there is one, else the lesson's own."""
+    executed notebook in `build/executed/` when there is one, else the lesson's own;
+    the notes come from the notes file beside the lesson's notebook."""
     decks = []
     for notebook in notebooks:
         executed = build / "executed" / notebook.parent.name / notebook.name
         source = executed if executed.exists() else notebook
         deck = build / "html" / notebook.parent.name / f"{notebook.stem}.slides.html"
         deck.parent.mkdir(parents=True, exist_ok=True)
-        deck.write_text(to_slides(nbformat.read(source, as_version=4)), encoding="utf-8")
+        deck.write_text(deck_of(notebook, source), encoding="utf-8")
         decks.append(deck)
     return decks
 

@@ -12,7 +12,7 @@ from conftest import REPO
 
 from course import build, site, slides
 from course.build import execute, lesson_notebooks
-from course.slides import NOTES, to_slides
+from course.slides import to_slides
 
 
 def test_lessons_are_found_in_course_order():
@@ -37,10 +37,9 @@ def test_lessons_are_found_in_course_order():
     ]
 
 
-def test_a_lesson_page_links_its_deck_and_scripts_and_leaves_the_notes_to_the_deck():
+def test_a_lesson_page_links_its_deck_and_scripts():
     notebook = Path("03_fault_tolerance/03_fault_tolerance.ipynb")
     nb = nbformat.read(REPO / notebook, as_version=4)
-    assert any(cell.source.startswith(NOTES) for cell in nb.cells)  # the lesson has notes
     uses = site.mentioned_scripts(nb, notebook.parent, site.scripts())
     # Named in its cells: in the lesson's folder, in a subfolder, in common/.
     assert Path("03_fault_tolerance/multigpu_torchrun.py") in uses
@@ -50,7 +49,6 @@ def test_a_lesson_page_links_its_deck_and_scripts_and_leaves_the_notes_to_the_de
 
     page = nbformat.reads(site.lesson_page(nb, notebook, uses), as_version=4)
 
-    assert not [cell for cell in page.cells if cell.source.startswith(NOTES)]
     header = page.cells[1].source
     assert "Not executed by this build" in header  # the committed notebook has no run
     assert '<a class="course-deck" href="03_fault_tolerance.slides.html">' in header

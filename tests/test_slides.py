@@ -1,5 +1,6 @@
 """Slides: the rule that picks the cells of the talk, and every lesson's deck built
-from it (a slide per heading, skipped cells absent, nothing fetched from the network)."""
+from it (a slide per heading, skipped cells absent, nothing fetched from the network),
+with the speaker notes from the notes file beside the notebook and none in the notebook."""
 
 import html
 import re
@@ -11,7 +12,15 @@ import pytest
 from conftest import PYTHON, REPO
 
 from course.build import lesson_notebooks
-from course.slides import slide_types, to_slides
+from course.slides import deck_of, slide_types, to_slides
+from course.speaker_notes import (
+    MARKER,
+    NotesError,
+    notes_cell_source,
+    notes_file,
+    page_titles,
+    read_notes,
+)
 
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 
@@ -131,7 +140,7 @@ def headings_in(nb, levels: str) -> list[str]:
 @pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
 def test_a_lesson_deck_has_a_slide_per_heading(notebook):
     nb = nbformat.read(notebook, as_version=4)
-    page = to_slides(nbformat.read(notebook, as_version=4))
+    page = deck_of(notebook)
     deck = Deck(page)
 
     shown = headings_in(nb, "#|##")
@@ -142,8 +151,13 @@ def test_a_lesson_deck_has_a_slide_per_heading(notebook):
     opening = [words(title) for tag, title in firsts if tag in ("h1", "h2")]
     assert opening == [words(title) for title in shown]
     assert all(p["before_heading"] == "" for p in deck.pages), deck.pages
-    # Every page has the speaker's notes, and they are notes, not the slide's text.
-    assert [p["headings"][0] for p in deck.pages if "Speaker notes." not in p["notes"]] == []
+    # Every page has the speaker's notes from the notes file, as notes, not the slide's text.
+    # (Titles compare as words: the page shows `code` without its backticks.)
+    notes = {words(title): text for title, text in read_notes(notes_file(notebook)).items()}
+    for p in deck.pages:
+        title = words(p["headings"][0][1])
+        assert title in notes, f"{notes_file(notebook).name} has no notes for the page {title}"
+        assert words(p["notes"]) == words("Speaker notes. " + notes[title]), title
     # Skipped cells are absent: the solutions, and code that is nothing but imports.
     headings = [title for p in deck.pages for _, title in p["headings"]]
     assert not [title for title in headings if title.startswith("Solution")]
@@ -173,3 +187,77 @@ def test_the_command_writes_every_deck(tmp_path):
     expected = [f"html/{nb.parent.name}/{nb.stem}.slides.html" for nb in lesson_notebooks([])]
     assert decks == sorted(expected)
     assert "(not executed: no outputs)" in result.stdout  # no build/executed/ here
+
+
+@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
+def test_the_notebook_shows_no_speaker_notes(notebook):
+    """They are the instructor's: a learner reading the notebook never meets one."""
+    nb = nbformat.read(notebook, as_version=4)
+    shown = [c.get("id") for c in nb.cells if "Speaker notes." in c.source]
+    assert shown == [], f"{notebook.name}: move these cells to {notes_file(notebook).name}"
+
+
+@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
+def test_the_notes_file_has_a_section_per_page_in_the_order_of_the_talk(notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    types = [cell.metadata["slideshow"]["slide_type"] for cell in nb.cells]
+    pages = []  # the titles of the pages the deck shows, each once, in order
+    for line_title, slide_type in zip(page_titles(nb.cells), types, strict=True):
+        if slide_type != "skip" and line_title not in pages:
+            pages.append(line_title)
+    notes = read_notes(notes_file(notebook))
+    assert list(notes) == pages
+    assert all(text.strip() for text in notes.values())
+
+
+def git(*args: str) -> str:
+    result = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr}"
+    return result.stdout
+
+
+@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
+def test_moving_the_notes_out_of_the_notebook_changed_no_deck(notebook):
+    """The notes were cells of the notebook until the commit that added its notes
+    file. At that commit, the deck puts back on every page exactly the cell it had
+    before: the same page, the same text."""
+    path = notes_file(notebook).relative_to(REPO).as_posix()
+    added = git("log", "--diff-filter=A", "--format=%H", "--", path).split()
+    assert added, f"{path} is not in git's history (this test needs the full history)"
+    moved = added[-1]
+    before = nbformat.reads(
+        git("show", f"{moved}^:{notebook.relative_to(REPO).as_posix()}"), as_version=4
+    )
+    old_notes = {
+        title: cell.source
+        for cell, title in zip(before.cells, page_titles(before.cells), strict=True)
+        if cell.source.startswith(MARKER)
+    }
+    tmp = REPO / "build" / "tests" / f"{notebook.stem}.notes.md"
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(git("show", f"{moved}:{path}"), encoding="utf-8")
+    new_notes = {title: notes_cell_source(text) for title, text in read_notes(tmp).items()}
+    assert len(old_notes) >= 5
+    assert new_notes == old_notes
+
+
+def test_a_notes_file_that_does_not_fit_its_notebook_says_where(tmp_path):
+    notes = tmp_path / "lesson.notes.md"
+    notes.write_text("# Speaker notes\n\n## A page\n\nOne.\n\n## A page\n\nTwo.\n")
+    with pytest.raises(NotesError, match="lesson.notes.md:7: the page 'A page' has notes twice"):
+        read_notes(notes)
+    notes.write_text("# Speaker notes\n\nStray words.\n")
+    with pytest.raises(NotesError, match="lesson.notes.md:3: text before the first"):
+        read_notes(notes)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title")])
+    with pytest.raises(NotesError, match=r"pages the notebook does not have: \['Gone'\]"):
+        to_slides(nb, {"Title": "Hello.", "Gone": "Lost."}, "lesson.notes.md")
+
+
+def test_notes_lines_join_into_paragraphs_on_the_page(tmp_path):
+    notes = tmp_path / "lesson.notes.md"
+    notes.write_text("## Title\n\nSay this\nand that.\n\nThen ask.\n")
+    assert read_notes(notes) == {"Title": "Say this and that.\n\nThen ask."}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title\n\nText")])
+    deck = Deck(to_slides(nb, read_notes(notes)))
+    assert deck.pages[0]["notes"].split() == "Speaker notes. Say this and that. Then ask.".split()
