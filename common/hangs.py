@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from common.cli import positive_seconds
+from common.launch import plain_text
 
 # A job's own lines and its errors; not the stack traces, nor torchrun's failure report.
 KEY = re.compile(r"^\[rank\d\] |\w+Error\b|Detected mismatch|failed to pass|^(port|node) \d")
@@ -110,7 +111,6 @@ def py_spy_dump(pid: int, until: str, timeout: float, nonblocking: bool = False)
     command = [py_spy() or "py-spy", "dump", "--pid", str(pid)]
     command += ["--nonblocking"] if nonblocking else []
     # Plain text: a Jupyter kernel sets CLICOLOR_FORCE, and py-spy would colour its dump.
-    plain = {k: v for k, v in os.environ.items() if k not in ("CLICOLOR_FORCE", "FORCE_COLOR")}
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -119,7 +119,7 @@ def py_spy_dump(pid: int, until: str, timeout: float, nonblocking: bool = False)
                 capture_output=True,
                 text=True,
                 timeout=timeout,
-                env={**plain, "NO_COLOR": "1"},
+                env=plain_text(os.environ),
             )
         except FileNotFoundError:
             raise PySpyFailed("py-spy is not installed: pip install -r requirements.txt") from None

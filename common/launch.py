@@ -11,7 +11,9 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
 - on a time-out or an interrupt (the stop button) kills every process the command
   started, torchrun's workers included, and after the command ends kills anything
   it left running, so no orphan is left holding a port or a core;
-- returns the captured output for later cells to parse;
+- returns the captured output for later cells to parse, as plain text: commands start
+  without the colours a Jupyter kernel asks for, and escape codes are removed (see
+  `plain_text`);
 - runs `torchrun` and `python` from the same Python environment as the notebook's
   kernel, and replaces `{port}` in the command with a free TCP port (`common.ports`);
 - gives torchrun `OMP_NUM_THREADS=1` (it would set it anyway, with a warning), and
@@ -42,6 +44,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from common.ports import free_port
 from common.processes import ProcessTree
@@ -74,6 +77,23 @@ def resolve(argv: list[str]) -> list[str]:
     if argv and argv[0] in ("python", "python3"):
         return [sys.executable, *argv[1:]]
     return argv
+
+
+# A Jupyter kernel sets FORCE_COLOR=1 and CLICOLOR_FORCE=1 (ipykernel does, so that
+# tools colour what `!ls` shows), and every command a cell starts inherits them. Python
+# 3.13 honours FORCE_COLOR by colouring its tracebacks with escape codes, and a check
+# that looks for "KeyError: ('0', 0)" then finds "\x1b[1;35mKeyError\x1b[0m: ...".
+FORCING_COLOUR = ("FORCE_COLOR", "CLICOLOR_FORCE")
+ESCAPE_CODE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def plain_text(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` for a command whose output a cell or a test reads: no variable that
+    forces colour, PYTHON_COLORS=0 (Python's own switch, 3.13 on: it outranks
+    FORCE_COLOR) and NO_COLOR=1 (the convention other tools follow). Only the commands
+    the course starts get it: a learner's own terminal keeps its colours."""
+    kept = {name: value for name, value in environ.items() if name not in FORCING_COLOUR}
+    return {**kept, "PYTHON_COLORS": "0", "NO_COLOR": "1"}
 
 
 LOOPBACK_ENDPOINT = re.compile(r"^(127\.0\.0\.1|localhost):\d+$")
@@ -130,6 +150,9 @@ class LineStream:
             self._unfinished = ""
 
     def _show(self, lines: list[str], end: str = "") -> None:
+        # Whole lines, so no escape code is cut in two; removed for a tool that colours
+        # whatever the environment says.
+        lines = [ESCAPE_CODE.sub("", line) for line in lines]
         self.lines.extend(lines)
         if lines and not self.quiet:
             sys.stdout.write("".join(self.prefix + line for line in lines) + end)
@@ -156,7 +179,7 @@ class Command:
             print(f"{self.prefix}$ {command}", flush=True)
 
         argv = resolve(shlex.split(command))
-        child_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        child_env = {**plain_text(os.environ), "PYTHONUNBUFFERED": "1", **(env or {})}
         child_env.update(self._tree.environment())
         processes = processes_per_machine(command)
         if processes and "DDP_DEVICE" not in child_env:

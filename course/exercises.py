@@ -38,6 +38,7 @@ from pathlib import Path
 from types import ModuleType
 
 from common.distributed import end_process
+from common.launch import plain_text
 
 REPO = Path(__file__).resolve().parent.parent
 # How long the processes of an exercise's world may take to start Python and torch.
@@ -168,7 +169,8 @@ def run_in_world(
                             stdout=log,
                             stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            # plain text: the traceback goes into the check's message
+                            env={**plain_text(os.environ), "OMP_NUM_THREADS": "1"},
                         )
                     )
             results = _collect(workers, answers, logs, timeout)

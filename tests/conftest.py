@@ -12,6 +12,7 @@ import psutil
 import pytest
 import torch
 
+from common.launch import FORCING_COLOUR
 from course.cluster import slurm
 
 # Two test workers on 2 cores run notebooks and DDP processes side by side. With
@@ -28,6 +29,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # lesson scripts on the GPUs where there are some (README, "Running on GPUs"). A
 # DDP_DEVICE already set wins.
 os.environ.setdefault("DDP_DEVICE", "cpu")
+
+# The tests read what the commands they start print, as plain text: no variable that
+# forces colour reaches them, and Python 3.13's coloured tracebacks stay off
+# (common.launch.plain_text says why; the commands run through `run` get it there).
+for name in FORCING_COLOUR:
+    os.environ.pop(name, None)
+os.environ["PYTHON_COLORS"] = "0"
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).resolve().parent / "scripts"

@@ -1,6 +1,7 @@
 """The launch helper: a notebook cell must fail when its command fails, a hang must be
 killed at its time limit, and nothing the command started may outlive it."""
 
+import re
 import signal
 import socket
 import subprocess
@@ -179,6 +180,33 @@ def test_record_puts_the_workers_own_traceback_into_torchruns_report():
     assert "error_file: <N/A>" in plain_report and "ValueError" not in plain_report
     assert 'raise ValueError("the worker\'s own error")' in recorded_report
     assert "ValueError: the worker's own error" in recorded_report
+
+
+# What Python 3.13 prints for `raise KeyError(('0', 0))` when FORCE_COLOR is set, as
+# a Jupyter kernel sets it: lesson 04's hangs check read this and failed.
+COLOURED = "\x1b[1;35mKeyError\x1b[0m: \x1b[35m('0', 0)\x1b[0m"
+
+
+def test_a_command_started_from_a_kernel_writes_plain_text(monkeypatch):
+    """A kernel's FORCE_COLOR=1 does not reach the command: Python's own switch and the
+    common convention say no colour, whatever Python runs it."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("CLICOLOR_FORCE", "1")
+    show = "import os; print(sorted((k, v) for k, v in os.environ.items() if 'COLO' in k))"
+    seen = run(f'python -c "{show}"', quiet=True)
+    assert seen.strip() == "[('NO_COLOR', '1'), ('PYTHON_COLORS', '0')]"
+    # and a real traceback, on any Python: plain
+    output = run("python -c \"raise KeyError(('0', 0))\"", quiet=True, expect_failure=True)
+    assert "KeyError: ('0', 0)" in output and "\x1b" not in output
+
+
+def test_a_coloured_traceback_reaches_the_check_as_plain_text(tmp_path):
+    """A tool that colours whatever the environment says: the output a cell reads has
+    no escape codes, and lesson 04's hangs check finds the error."""
+    (tmp_path / "coloured.py").write_text(f"print({COLOURED!r})\n")
+    output = run(f"python {tmp_path / 'coloured.py'}", quiet=True)
+    assert re.search(r"KeyError: \('0', [01]\)", output), output
+    assert output == "KeyError: ('0', 0)\n"
 
 
 def test_a_line_stream_shows_whole_lines_only(capsys):

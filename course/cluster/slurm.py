@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from common.launch import plain_text
 from common.processes import ProcessTree
 from course import system_packages
 from course.cluster.slurm_conf import slurm_conf
@@ -82,7 +83,7 @@ class LocalCluster(SlurmClient):
             [bin_folder, os.environ.get("PATH", ""), *system_packages.SYSTEM_FOLDERS]
         )
         return {
-            **os.environ,
+            **plain_text(os.environ),  # jobs inherit it: their output files are read too
             **self._tree.environment(),
             "SLURM_CONF": str(self.folder / "slurm.conf"),
             "PATH": path,

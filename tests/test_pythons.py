@@ -1,0 +1,55 @@
+"""course.pythons: the command that runs the suite on every promised Python runs the
+README's own test command, reads pytest's verdict, and picks the Pythons it says."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from course import pythons
+
+
+def test_it_runs_the_readmes_test_command():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"\*\*Install and run all tests\*\*.*?```bash\n(.*?)\n```", readme, re.S)
+    assert pythons.test_command(Path("python3"), notebooks=False) == block
+    notebooks = pythons.test_command(Path("/py/bin/python3"), notebooks=True)
+    assert notebooks.startswith("/py/bin/python3 -m venv .venv && ")
+    assert notebooks.endswith("-m pytest " + " ".join(pythons.LESSONS))
+    assert sorted(pythons.LESSONS) == sorted(p.name for p in REPO.glob("0[0-9]_*") if p.is_dir())
+
+
+@pytest.mark.parametrize(
+    "line, verdict",
+    [
+        (
+            "==== 456 passed, 10 skipped in 639.12s (0:10:39) ====",
+            ("456 passed, 10 skipped", "639.12"),
+        ),
+        ("= 1 failed, 455 passed in 701.00s (0:11:41) =", ("1 failed, 455 passed", "701.00")),
+        ("====== 3 passed, 2 warnings in 0.41s ======", ("3 passed, 2 warnings", "0.41")),
+        ("==== short test summary info ====", None),
+    ],
+)
+def test_it_reads_pytests_last_line(line, verdict):
+    match = pythons.SUMMARY.match(line)
+    assert (match.groups() if match else None) == verdict
+
+
+def test_newest_takes_a_newer_python_only(monkeypatch, capsys):
+    class Args:
+        newest, versions = True, []
+
+    own = f"{sys.version_info.major}.{sys.version_info.minor}"
+    newer = f"{sys.version_info.major}.{sys.version_info.minor + 1}"
+    monkeypatch.setattr(pythons, "PROMISED", ("3.10", own, newer))
+    monkeypatch.setattr(pythons, "find_python", lambda minor: (minor + ".0", Path("py")))
+    assert pythons.chosen(Args) == [newer]
+    monkeypatch.setattr(pythons, "find_python", lambda m: None if m == newer else (m, Path("py")))
+    assert pythons.chosen(Args) == []
+    assert f"{own} is the newest promised Python here" in capsys.readouterr().out
+    monkeypatch.setattr(pythons, "find_python", lambda minor: None)
+    assert pythons.chosen(Args) == []
+    assert "none of the promised Pythons found" in capsys.readouterr().out
