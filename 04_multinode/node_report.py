@@ -20,12 +20,17 @@ or with the static rendezvous, where you number the nodes:
 
 `--timeout S` (default 60) bounds, in seconds, how long the processes wait for
 each other: a connection that cannot be made fails after S seconds, not after the
-process group's default timeout.
+process group's default timeout. `--stay_until FILE` keeps every process in the job,
+after its report, until FILE exists (at most S seconds): lesson 04 reads the job's
+listening sockets meanwhile, then creates the file.
 """
 
 import os
 import socket
+import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -51,6 +56,7 @@ def main() -> None:
         default=60.0,
         help="seconds to wait for the other processes",
     )
+    parser.add_argument("--stay_until", type=Path, help="a file: stay in the job until it exists")
     args = parser.parse_args()
     if args.timeout <= 0:
         parser.error(f"--timeout must be positive, not {args.timeout:g}")
@@ -75,7 +81,21 @@ def main() -> None:
     dist.all_reduce(value)
     expected = world_size * (world_size - 1) // 2
     log0(f"all_reduce(SUM) of the ranks = {value.item():g} (expected {expected})")
+    if args.stay_until and not appears(args.stay_until, args.timeout):
+        log(f"{args.stay_until} did not appear within {args.timeout:g} s (--stay_until)")
+        dist.destroy_process_group()
+        sys.exit(1)
     dist.destroy_process_group()
+
+
+def appears(path: Path, timeout: float) -> bool:
+    """True once `path` exists, False if it still does not after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ what several lessons reuse).
   back to each rank on resume (03, 04, 05).
 - `ring`, `ring_sim`, `viz`: the ring all-reduce, real and simulated, and its
   figures (01_theory).
+- `listening`: what a running job listens on, read from its processes (04_multinode;
+  the set-up check's network note).
 
 What a lesson is *about* (the DDP setup, the trainer) stays in the lesson's own
 script, where the learner reads it. The course's own machinery (building the site,

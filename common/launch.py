@@ -249,6 +249,11 @@ class Command:
             got = True
             self._stream.add(line)
 
+    @property
+    def pid(self) -> int:
+        """The command's own process id (for torchrun: its agent's)."""
+        return self._process.pid
+
     def send_signal(self, signum: int) -> None:
         """Signal the command's own process (for torchrun: its agent), as a cluster's
         scheduler would when it asks a job to stop."""

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from common.listening import outside_addresses
+
 REPO = Path(__file__).resolve().parent.parent
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 13)
@@ -160,6 +162,24 @@ def check_hostname() -> Result:
     return Result("OK", "hostname", f"{name} resolves (torchrun --standalone gives it to workers)")
 
 
+def check_network() -> Result:
+    """torchrun's stores listen on every interface, whatever address a launch names
+    (lesson 04, "What a job exposes on the network"): on a machine with an address
+    besides loopback, anyone on that network can reach a running job."""
+    outside = outside_addresses()
+    if not outside:
+        return Result("OK", "network exposure", "no address besides loopback: jobs stay here")
+    shown = ", ".join(f"{address} ({interface})" for interface, address in outside[:4])
+    more = f" and {len(outside) - 4} more" if len(outside) > 4 else ""
+    return Result(
+        "NOTE",
+        "network exposure",
+        f"a running job's stores are reachable at {shown}{more}: run the course on a "
+        "network you trust, or block other machines with a firewall (lesson 04, "
+        '"What a job exposes on the network"; WORKSHOP.md for a classroom)',
+    )
+
+
 def check_platform() -> Result:
     system = platform.system()
     if system == "Windows":
@@ -221,7 +241,8 @@ def all_checks() -> list[Result]:
     results += check_backends() + [check_libuv()]
     results += [check] if (check := check_gpu_driver()) else []
     results += check_cores_and_memory()
-    results += [check_loopback_port(), check_hostname(), check_jupyter_kernel(), check_torchrun()]
+    results += [check_loopback_port(), check_hostname(), check_network()]
+    results += [check_jupyter_kernel(), check_torchrun()]
     return results
 
 

@@ -5,6 +5,7 @@ import platform
 import shutil
 import socket
 import subprocess
+from types import SimpleNamespace
 
 import torch
 from conftest import PYTHON
@@ -127,3 +128,39 @@ def test_a_gpu_that_torch_cannot_see_is_named(monkeypatch):
 def test_no_gpu_driver_says_nothing_more(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert setup_check.check_gpu_driver() is None
+
+
+def fake_interfaces(monkeypatch, interfaces: dict[str, list[tuple[socket.AddressFamily, str]]]):
+    import psutil
+
+    # psutil's own tuple type moved between releases; the check reads these two fields.
+    listing = {
+        name: [SimpleNamespace(family=family, address=address) for family, address in found]
+        for name, found in interfaces.items()
+    }
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: listing)
+
+
+def test_a_machine_on_a_network_is_told_what_a_job_exposes(monkeypatch):
+    fake_interfaces(
+        monkeypatch,
+        {
+            "lo": [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")],
+            "wlan0": [
+                (socket.AF_PACKET, "aa:bb:cc:dd:ee:ff"),
+                (socket.AF_INET, "192.168.1.23"),
+                (socket.AF_INET6, "fe80::1%wlan0"),  # link-local: this link only
+            ],
+        },
+    )
+    result = setup_check.check_network()
+    assert result.status == "NOTE"
+    assert result.detail.startswith(
+        "a running job's stores are reachable at 192.168.1.23 (wlan0): run the course on a "
+        "network you trust"
+    )
+
+
+def test_a_machine_with_loopback_only_exposes_nothing(monkeypatch):
+    fake_interfaces(monkeypatch, {"lo": [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]})
+    assert setup_check.check_network().status == "OK"
