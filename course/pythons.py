@@ -25,6 +25,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,19 @@ def test_command(interpreter: Path, notebooks: bool) -> str:
     return command + (" " + " ".join(LESSONS) if notebooks else "")
 
 
+def kill_marked(marker: dict[str, str]) -> None:
+    """SIGKILL every process whose environment holds `marker`, one name=value (Linux's
+    /proc)."""
+    ((name, value),) = marker.items()
+    wanted = f"{name}={value}".encode()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if wanted in environ.read_bytes().split(b"\0"):
+                os.kill(int(environ.parent.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass  # gone meanwhile, or not ours to read
+
+
 def run_one(version: str, interpreter: Path, notebooks: bool, logs: Path) -> dict:
     """Clone, install and test with one Python; the row's facts."""
     log = logs / f"{version}.log"
@@ -93,12 +107,22 @@ def run_one(version: str, interpreter: Path, notebooks: bool, logs: Path) -> dic
         command = test_command(interpreter, notebooks)
         print(f"Python {version}: {command}  (log: {log})", flush=True)
         started = time.monotonic()
+        # Every process of the run carries this marker: an interrupted run leaves none
+        # behind (torchrun's workers live in sessions of their own).
+        marker = {"COURSE_PYTHONS_RUN": f"{os.getpid()}-{version}"}
         with open(log, "w") as out:
             out.write(f"$ {command}\n")
             out.flush()
-            status = subprocess.run(
-                ["bash", "-c", command], cwd=clone, stdout=out, stderr=subprocess.STDOUT
-            ).returncode
+            try:
+                status = subprocess.run(
+                    ["bash", "-c", command],
+                    cwd=clone,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, **marker},
+                ).returncode
+            finally:
+                kill_marked(marker)
         seconds = time.monotonic() - started
         torch = subprocess.run(
             [str(clone / ".venv/bin/python"), "-c", "import torch; print(torch.__version__)"],
@@ -146,6 +170,8 @@ def main() -> int:
     )
     parser.add_argument("--notebooks", action="store_true", help="the lesson notebooks only")
     args = parser.parse_args()
+    # A SIGTERM (a CI time limit) ends the run through its `finally`: nothing left running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if unknown := [v for v in args.versions if v not in PROMISED]:
         parser.error(f"{', '.join(unknown)}: not a promised Python (these are: {PROMISED})")
 

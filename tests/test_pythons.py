@@ -1,7 +1,9 @@
 """course.pythons: the command that runs the suite on every promised Python runs the
 README's own test command, reads pytest's verdict, and picks the Pythons it says."""
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -53,3 +55,22 @@ def test_newest_takes_a_newer_python_only(monkeypatch, capsys):
     monkeypatch.setattr(pythons, "find_python", lambda minor: None)
     assert pythons.chosen(Args) == []
     assert "none of the promised Pythons found" in capsys.readouterr().out
+
+
+def test_an_interrupted_run_leaves_no_process_behind():
+    """Processes in sessions of their own (as torchrun's workers are) carry the run's
+    marker, and kill_marked finds them all, and only them."""
+    marker = {"COURSE_PYTHONS_RUN": f"test-{os.getpid()}"}
+    ours = [
+        subprocess.Popen(["sleep", "60"], env={**os.environ, **marker}, start_new_session=True)
+        for _ in range(2)
+    ]
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        pythons.kill_marked(marker)
+        assert [process.wait(timeout=10) for process in ours] == [-9, -9]
+        assert other.poll() is None
+    finally:
+        for process in [*ours, other]:
+            process.kill()
+            process.wait()
