@@ -2,7 +2,8 @@
 what several lessons reuse).
 
 - `launch`: run a command from a notebook; the cell fails when the command fails
-  (every lesson).
+  (every lesson); `command_line`: what a launch's command says (its Python, its
+  process count); `output`: what it prints, as plain text, shown line by line.
 - `distributed`: device and backend choice, rank-prefixed logging, the torchrun
   check, and `end_process`, the exit of every script that joins a process group
   (every lesson script; why: 02_multigpu).

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from common.cli import positive_seconds
-from common.launch import plain_text
+from common.output import plain_text
 
 # A job's own lines and its errors; not the stack traces, nor torchrun's failure report.
 KEY = re.compile(r"^\[rank\d\] |\w+Error\b|Detected mismatch|failed to pass|^(port|node) \d")

@@ -12,8 +12,8 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
   started, torchrun's workers included, and after the command ends kills anything
   it left running, so no orphan is left holding a port or a core;
 - returns the captured output for later cells to parse, as plain text: commands start
-  without the colours a Jupyter kernel asks for, and escape codes are removed (see
-  `plain_text`);
+  without the colours a Jupyter kernel asks for, and escape codes are removed
+  (`common.output`);
 - runs `torchrun` and `python` from the same Python environment as the notebook's
   kernel, and replaces `{port}` in the command with a free TCP port (`common.ports`);
 - gives torchrun `OMP_NUM_THREADS=1` (it would set it anyway, with a warning), and
@@ -31,8 +31,8 @@ that joins a running job), `start` launches a command in the background and retu
 runs, the output of every running command is shown, each line prefixed by its label.
 If a wait fails, times out or is interrupted, every running command is killed.
 
-`LineStream` is how output is shown: a whole line at a time, whatever size the pieces
-arrive in. `course.cluster.slurm_jobs` shows a Slurm job's output file with it too.
+What a command prints is shown and kept by `common.output`: plain text, a whole line
+at a time, whatever size the pieces arrive in.
 """
 
 import atexit
@@ -41,11 +41,11 @@ import queue
 import re
 import shlex
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Mapping
 
+from common.command_line import on_this_machine_only, processes_per_machine, resolve
+from common.output import LineStream, plain_text
 from common.ports import free_port
 from common.processes import ProcessTree
 
@@ -67,96 +67,6 @@ class CommandFailed(RuntimeError):
 
 class CommandTimedOut(CommandFailed):
     """The command ran past its time limit and was killed."""
-
-
-def resolve(argv: list[str]) -> list[str]:
-    """Point `torchrun` and `python` at the interpreter running this code, so that a
-    notebook never picks up another environment's torch from the PATH."""
-    if argv and argv[0] == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
-    if argv and argv[0] in ("python", "python3"):
-        return [sys.executable, *argv[1:]]
-    return argv
-
-
-# A Jupyter kernel sets FORCE_COLOR=1 and CLICOLOR_FORCE=1 (ipykernel does, so that
-# tools colour what `!ls` shows), and every command a cell starts inherits them. Python
-# 3.13 honours FORCE_COLOR by colouring its tracebacks with escape codes, and a check
-# that looks for "KeyError: ('0', 0)" then finds "\x1b[1;35mKeyError\x1b[0m: ...".
-FORCING_COLOUR = ("FORCE_COLOR", "CLICOLOR_FORCE")
-ESCAPE_CODE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-
-
-def plain_text(environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` for a command whose output a cell or a test reads: no variable that
-    forces colour, PYTHON_COLORS=0 (Python's own switch, 3.13 on: it outranks
-    FORCE_COLOR) and NO_COLOR=1 (the convention other tools follow). Only the commands
-    the course starts get it: a learner's own terminal keeps its colours."""
-    kept = {name: value for name, value in environ.items() if name not in FORCING_COLOUR}
-    return {**kept, "PYTHON_COLORS": "0", "NO_COLOR": "1"}
-
-
-LOOPBACK_ENDPOINT = re.compile(r"^(127\.0\.0\.1|localhost):\d+$")
-PROCESS_COUNT = re.compile(r"--(?:nproc_per_node|nproc-per-node|world_size)[= ](\d+)\b")
-
-
-def processes_per_machine(command: str) -> int | None:
-    """How many processes a launch starts on this machine: torchrun's
-    `--nproc_per_node`, or `--world_size` for a script that spawns its own (lesson 02)."""
-    found = PROCESS_COUNT.search(command)
-    return int(found[1]) if found else None
-
-
-def on_this_machine_only(torchrun_argv: list[str]) -> bool:
-    """True for torchrun's `--standalone`, and for a rendezvous at 127.0.0.1 or
-    localhost, which only agents on this machine can reach."""
-    if "--standalone" in torchrun_argv:
-        return True
-    for i, arg in enumerate(torchrun_argv):
-        name, _, value = arg.partition("=")
-        if name in ("--rdzv_endpoint", "--rdzv-endpoint"):
-            if not value and i + 1 < len(torchrun_argv):
-                value = torchrun_argv[i + 1]
-            return bool(LOOPBACK_ENDPOINT.match(value))
-    return False
-
-
-class LineStream:
-    """Text that arrives in pieces (a pipe's lines, a file that grows), kept in full and
-    shown one whole line at a time after `prefix`: a line is never shown half-written,
-    nor cut in two by another command's output."""
-
-    def __init__(self, prefix: str = "", quiet: bool = False):
-        self.prefix, self.quiet = prefix, quiet
-        self.lines: list[str] = []  # each ends with "\n", but a last one may not
-        self._unfinished = ""  # after the last "\n": shown when its line ends
-
-    @property
-    def text(self) -> str:
-        return "".join(self.lines) + self._unfinished
-
-    def add(self, text: str) -> None:
-        """Keep `text`, and show the lines it completes."""
-        text = self._unfinished + text
-        cut = text.rfind("\n") + 1
-        self._unfinished = text[cut:]
-        self._show([line + "\n" for line in text[:cut].split("\n")[:-1]])
-
-    def end(self) -> None:
-        """No more text comes: keep and show the unfinished last line, if there is one,
-        ending it on screen so that what is printed next starts a line of its own."""
-        if self._unfinished:
-            self._show([self._unfinished], end="\n")
-            self._unfinished = ""
-
-    def _show(self, lines: list[str], end: str = "") -> None:
-        # Whole lines, so no escape code is cut in two; removed for a tool that colours
-        # whatever the environment says.
-        lines = [ESCAPE_CODE.sub("", line) for line in lines]
-        self.lines.extend(lines)
-        if lines and not self.quiet:
-            sys.stdout.write("".join(self.prefix + line for line in lines) + end)
-            sys.stdout.flush()
 
 
 # Commands started and not yet ended; every wait shows their output.

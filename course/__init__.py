@@ -10,7 +10,10 @@ read, and `common/` never imports it:
 - `setup_check`: can this machine run the course? (before 00_intro).
 - `exercises`: the coding exercises' checks (`exercises.check(lesson, name)`).
 - `system_packages`: the one command that installs the Debian packages of the
-  root-only parts (Slurm, munge, chromium); nothing else installs them.
+  root-only parts (Slurm, munge, chromium), with `apt`; nothing else installs them.
 - `cluster`: the local stand-ins for a cluster used by 04_multinode: a two-node Slurm
-  cluster, two hosts in network namespaces, and the apt helper that installs them.
+  cluster and two hosts in network namespaces.
+- `lessons`: where the course is and its notebooks (for `build`, `site`, `slides`);
+  `speaker_notes`: the instructor's notes beside each notebook, read by `slides`.
+- `pythons`: the test suite on every Python the README promises.
 """

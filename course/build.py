@@ -28,22 +28,12 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 from traitlets import default
 
-REPO = Path(__file__).resolve().parent.parent
+from course import site, slides
+from course.lessons import REPO, lesson_notebooks
+
 # A cell's time limit, as in CI (pytest's --nbmake-timeout), unless the notebook sets
 # its own (metadata.execution.timeout) because a cell shows longer launch limits.
 CELL_TIMEOUT_SECONDS = 240
-
-
-def lesson_notebooks(names: list[str]) -> list[Path]:
-    """The lesson notebooks, in course order: `NN_topic/NN_*.ipynb`."""
-    notebooks = sorted(REPO.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
-    if names:
-        unknown = set(names) - {nb.parent.name for nb in notebooks}
-        if unknown:
-            lessons = ", ".join(sorted({nb.parent.name for nb in notebooks}))
-            sys.exit(f"no lesson named {', '.join(sorted(unknown))}; the lessons are: {lessons}")
-        notebooks = [nb for nb in notebooks if nb.parent.name in names]
-    return notebooks
 
 
 def cell_limit(nb) -> int:
@@ -104,7 +94,6 @@ def main() -> int:
     parser.add_argument("lessons", nargs="*", help="lesson folders to execute (default: all)")
     parser.add_argument("--out", type=Path, default=REPO / "build", help="where to write")
     args = parser.parse_args()
-    from course import site, slides  # they build on this module
 
     failed = []
     for notebook in lesson_notebooks(args.lessons):

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 
 from common.distributed import end_process
-from common.launch import plain_text
+from common.output import plain_text
 
 REPO = Path(__file__).resolve().parent.parent
 # How long the processes of an exercise's world may take to start Python and torch.

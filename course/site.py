@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 from sphinx.cmd.build import build_main
 
-from course.build import REPO, lesson_notebooks
+from course.lessons import REPO, lesson_notebooks
 from course.slides import FONT_AWESOME
 
 CONFIG = Path(__file__).resolve().parent / "site_config"

@@ -46,7 +46,7 @@ from pathlib import Path
 import nbformat
 from nbconvert import SlidesExporter
 
-from course.build import REPO, lesson_notebooks
+from course.lessons import REPO, lesson_notebooks
 from course.speaker_notes import MARKER, notes_file, read_notes, with_notes
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"

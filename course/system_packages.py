@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 
-from course.cluster.apt import apt_install
+from course.apt import apt_install
 
 # Folders where Debian puts daemons, which a non-root PATH may lack.
 SYSTEM_FOLDERS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")

@@ -12,8 +12,7 @@ import psutil
 import pytest
 import torch
 
-from common.launch import FORCING_COLOUR
-from course.cluster import slurm
+from common.output import FORCING_COLOUR
 
 # Two test workers on 2 cores run notebooks and DDP processes side by side. With
 # PyTorch's default of one intra-op thread per core, each process that torchrun did not
@@ -111,6 +110,8 @@ def skip_or_fail(reason: str | None) -> None:
 def slurm_installed():
     """Lesson 04's local Slurm cluster can start here (root, Slurm installed), or the
     test skips saying why (fails under COURSE_STRICT=1)."""
+    from course.cluster import slurm  # only the tests that use the cluster load its code
+
     skip_or_fail(slurm.why_unavailable())
 
 

@@ -10,15 +10,14 @@ import sys
 import pytest
 from conftest import PYTHON, REPO, SCRIPTS, fake_cuda_gpus, is_gone, pids_in
 
+from common.command_line import on_this_machine_only, resolve
 from common.launch import (
     CommandFailed,
     CommandTimedOut,
-    LineStream,
-    on_this_machine_only,
-    resolve,
     run,
     start,
 )
+from common.output import LineStream
 
 
 def test_streams_output_and_returns_it(capsys):

@@ -25,8 +25,8 @@ from conftest import PYTHON, REPO, skip_or_fail
 from nbclient import NotebookClient
 
 from course import browser_check, site
-from course.build import lesson_notebooks
 from course.chromium import Browser
+from course.lessons import lesson_notebooks
 from course.slides import to_slides, write_decks
 
 # A valid 1x1 GIF.

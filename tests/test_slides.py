@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from conftest import PYTHON, REPO
 
-from course.build import lesson_notebooks
+from course.lessons import lesson_notebooks
 from course.slides import deck_of, slide_types, to_slides
 from course.speaker_notes import (
     MARKER,

@@ -6,5 +6,4 @@
   - `slurm_jobs`: its user's side: Slurm's commands, jobs submitted (the sbatch
     command shown as it runs) and their output shown while they run.
 - `netns`: two hosts with addresses of their own, in Linux network namespaces.
-- `apt`: the apt-get helper `course.system_packages` installs their programs with.
 """

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from common.launch import resolve
+from common.command_line import resolve
 from common.processes import terminate
 
 NETNS_ETC = Path("/etc/netns")  # `ip netns exec NAME` mounts /etc/netns/NAME/* over /etc/*

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import psutil
 
-from common.launch import plain_text
+from common.output import plain_text
 from common.processes import ProcessTree
 from course import system_packages
 from course.cluster.slurm_conf import slurm_conf

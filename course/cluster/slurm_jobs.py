@@ -7,7 +7,7 @@ calls `run_job`:
 
 - `command` runs a Slurm command (scontrol, squeue, ...) in the cluster's environment;
 - `sbatch`, `job` and `wait` submit a job, describe it and wait for it to end; `wait`
-  shows the job's output file as it grows with `common.launch.LineStream`, the helper
+  shows the job's output file as it grows with `common.output.LineStream`, the helper
   that shows a command's output;
 - `run_job` prints the sbatch command exactly as it runs, options included and paths
   short (`as_typed`), so that a learner can copy it, then waits and checks the end.
@@ -20,7 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from common.launch import CommandFailed, CommandTimedOut, LineStream
+from common.launch import CommandFailed, CommandTimedOut
+from common.output import LineStream
 from course.system_packages import program
 
 FINAL_STATES = (
