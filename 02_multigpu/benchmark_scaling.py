@@ -17,6 +17,7 @@ from pathlib import Path
 
 from common.cli import LessonArgumentParser
 from common.launch import run
+from common.notebook_device import choose
 
 LAUNCH = "python benchmark_scaling.py [--processes 1 2 4] [--samples 32768] [--epochs 4]"
 SCALING = Path(__file__).resolve().parent / "scaling.py"
@@ -56,6 +57,8 @@ def main() -> None:
     if args.epochs < 2:
         parser.error("epochs must be >= 2 (the first one pays for warming up)")
 
+    # One device for every run compared here: never a GPU run beside a CPU run.
+    choose(processes_per_machine=max(args.processes))
     rows = [(n, 1) for n in sorted(set(args.processes) | {1})] + [(1, args.threads)]
     baseline = None
     print(f"{'processes':>9} {'threads':>7} {'s/epoch':>8} {'speed-up':>8}")

@@ -27,6 +27,7 @@ import torch
 
 from common.cli import LessonArgumentParser
 from common.launch import CommandFailed, start
+from common.notebook_device import choose
 from common.snapshot import save_atomic
 
 LAUNCH = "python measure_recovery.py [--repeats 1]"
@@ -171,6 +172,7 @@ def main() -> None:
     if any(not 1 <= save_every <= CRASH_EPOCH for save_every in args.save_every):
         parser.error(f"--save_every values must be between 1 and {CRASH_EPOCH}")
     print(f"torch {torch.__version__}; machine load matters: the figures are not asserted")
+    choose(processes_per_machine=2)  # every run on one device
     if args.intervals:  # "--intervals" alone: skip this table
         restart_table(args.intervals, args.repeats)
     if args.save_every:

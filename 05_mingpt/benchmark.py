@@ -33,6 +33,7 @@ from config import load_config
 
 from common.cli import LessonArgumentParser, positive_int
 from common.launch import run
+from common.notebook_device import choose
 
 LAUNCH = "python benchmark.py throughput"
 
@@ -217,6 +218,8 @@ def main() -> int:
     )
     parser.add_argument("--repeats", type=positive_int, default=3, help="pairs of runs")
     args = parser.parse_args()
+    # One device for every run compared here (split starts 4 processes, the others 2).
+    choose(processes_per_machine=4 if args.what == "split" else 2)
     if args.what == "classroom":
         classroom(args.epochs)
     elif args.what == "split":

@@ -20,10 +20,9 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
   when all its agents are on this machine (`--standalone`, or a rendezvous at
   127.0.0.1) the address 127.0.0.1 (`PET_LOCAL_ADDR`), so that a launch on one
   machine never depends on the machine's name resolving;
-- on a machine with fewer CUDA GPUs than a launch starts processes
-  (`--nproc_per_node`, or a script's `--world_size`), runs that launch on the CPU
-  (`DDP_DEVICE=cpu`) and says so in a line: a notebook then runs on any GPU machine. A
-  DDP_DEVICE already set wins.
+- never moves one launch to another device: a notebook decides once, for all its
+  launches (`common.notebook_device`), and a launch that starts more processes per
+  machine than the notebook declared is refused.
 
 For commands that run side by side (two torchrun agents playing two nodes, an agent
 that joins a running job), `start` launches a command in the background and returns a
@@ -44,6 +43,7 @@ import subprocess
 import threading
 import time
 
+from common import notebook_device
 from common.command_line import on_this_machine_only, processes_per_machine, resolve
 from common.output import LineStream, plain_text
 from common.ports import free_port
@@ -91,18 +91,9 @@ class Command:
         argv = resolve(shlex.split(command))
         child_env = {**plain_text(os.environ), "PYTHONUNBUFFERED": "1", **(env or {})}
         child_env.update(self._tree.environment())
-        processes = processes_per_machine(command)
-        if processes and "DDP_DEVICE" not in child_env:
-            from common.distributed import gpus_fall_short  # imports torch: only here
-
-            gpus = gpus_fall_short(processes)
-            if gpus is not None:
-                child_env["DDP_DEVICE"] = "cpu"
-                self._stream.add(
-                    f"{processes} processes but {gpus} GPU(s) on this machine, and each "
-                    "process needs a GPU of its own: this launch runs on the CPU "
-                    "(DDP_DEVICE=cpu)\n"
-                )
+        # One device for every launch of a notebook (common.notebook_device): none is
+        # moved elsewhere on its own, and none starts more processes than declared.
+        notebook_device.check_launch(processes_per_machine(command), command)
         if argv[1:3] == ["-m", "torch.distributed.run"]:
             # torchrun sets this to 1 for every worker anyway, with a four-line warning
             # each time; 00_intro explains the why once, so later lessons stay readable.

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import PYTHON, REPO, SCRIPTS, fake_cuda_gpus, is_gone, pids_in
+from conftest import PYTHON, REPO, SCRIPTS, is_gone, pids_in
 
 from common.command_line import on_this_machine_only, resolve
 from common.launch import (
@@ -239,38 +239,3 @@ def test_a_standalone_worker_finds_the_store_at_127_0_0_1(tmp_path):
     script.write_text("import os; print('MASTER_ADDR', os.environ['MASTER_ADDR'])\n")
     output = run(f"torchrun --standalone --nproc_per_node=1 {script}", quiet=True)
     assert "MASTER_ADDR 127.0.0.1\n" in output
-
-
-@pytest.fixture
-def gpus(monkeypatch):
-    """`gpus(n)`: fake a machine whose PyTorch sees n CUDA GPUs, with DDP_DEVICE unset."""
-
-    def fake(count: int) -> None:
-        fake_cuda_gpus(monkeypatch, count)
-        monkeypatch.delenv("DDP_DEVICE", raising=False)
-
-    return fake
-
-
-SHOW_DEVICE = "python -c \"import os; print('DDP_DEVICE', os.environ.get('DDP_DEVICE', 'unset'))\""
-
-
-@pytest.mark.parametrize("asks", ["--nproc_per_node=3", "--nproc-per-node 3", "--world_size 3"])
-def test_a_launch_of_more_processes_than_gpus_runs_on_the_cpu_and_says_so(gpus, asks):
-    gpus(2)
-    output = run(f"{SHOW_DEVICE} {asks}", quiet=True)
-    assert output.splitlines() == [
-        "3 processes but 2 GPU(s) on this machine, and each process needs a GPU of its "
-        "own: this launch runs on the CPU (DDP_DEVICE=cpu)",
-        "DDP_DEVICE cpu",
-    ]
-
-
-def test_a_launch_the_gpus_go_round_or_a_chosen_device_is_left_alone(gpus):
-    gpus(2)
-    assert run(f"{SHOW_DEVICE} --nproc_per_node=2", quiet=True) == "DDP_DEVICE unset\n"
-    assert run(f"{SHOW_DEVICE} --world_size 3", env={"DDP_DEVICE": "cuda"}, quiet=True) == (
-        "DDP_DEVICE cuda\n"  # the script itself then stops with its one line
-    )
-    gpus(0)  # no GPU: the scripts run on the CPU anyway
-    assert run(f"{SHOW_DEVICE} --nproc_per_node=4", quiet=True) == "DDP_DEVICE unset\n"
