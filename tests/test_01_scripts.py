@@ -2,6 +2,7 @@
 Each test parses what the script printed and checks it independently of the script's
 own checks."""
 
+import ast
 import json
 import re
 
@@ -22,6 +23,34 @@ def torchrun(script, world_size, arguments="", tmp_path=None, timeout=240):
         timeout=timeout,
         quiet=True,
     )
+
+
+def test_the_tour_s_one_tensor_forms_equal_its_list_forms_at_world_4(tmp_path):
+    # World 4, not the notebook's 3. The `_single` forms go under the names this PyTorch
+    # has (all_gather_into_tensor and reduce_scatter_tensor are the older ones).
+    output = torchrun("collectives_tour.py", 4, tmp_path=tmp_path)
+    assert "every result is what the operation promises (4 ranks)" in output
+
+    def after(name):
+        section = output.split(f"== {name}:")[1].split("==")[0]
+        rows = re.findall(r"^\[rank0\]\s+(\d+)  .*?  +(\S.*)$", section, re.MULTILINE)
+        assert len(rows) == 4, section
+        return [ast.literal_eval(value) for _, value in rows]
+
+    def flat(per_rank):
+        return [[value for piece in pieces for value in piece] for pieces in per_rank]
+
+    def present(*names):
+        return next(name for name in names if f"== {name}:" in output)
+
+    assert after(present("all_gather_single", "all_gather_into_tensor")) == flat(
+        after("all_gather")
+    )
+    assert after(present("reduce_scatter_single", "reduce_scatter_tensor")) == after(
+        "reduce_scatter"
+    )
+    assert after("all_to_all_single") == flat(after("all_to_all"))
+    assert after("all_to_all_single")[3] == [3, 13, 23, 33]  # piece 3 of every rank
 
 
 def test_ring_allreduce_script_checks_and_benchmarks_at_world_3(tmp_path):
