@@ -16,8 +16,9 @@ optimizer's state is not synchronized (momentum or Adam states would stay differ
 
 `Join` also costs traffic, even when no rank runs out. In this PyTorch every forward
 pass inside it adds two one-element all-reduces (this model has no buffers; a model
-with buffers adds one more): `Join.notify_join_context` ("I have not joined"), then
-DDP's `_check_global_requires_backward_grad_sync` ("a backward all-reduce is coming").
+with buffers adds one more, and so does `throw_on_early_termination=True`):
+`Join.notify_join_context` ("I have not joined"), then DDP's
+`_check_global_requires_backward_grad_sync` ("a backward all-reduce is coming").
 A joined rank matches both for each step it shadows ("how many ranks have not joined?",
 then "is a backward all-reduce coming?"). Leaving adds two more on every rank: "how many
 have not joined?" (0: done), and, in DDP's join hook, "who joined last?" before the
