@@ -12,7 +12,11 @@ Launch it (from any folder, with the path to this file):
     torchrun --standalone --nproc_per_node=4 collectives_tour.py --only all_reduce reduce_scatter
 
 Collectives are called by *every* rank of the group; point-to-point messages
-(send/recv, isend/irecv) only by the two ranks they connect.
+(send/recv, isend/irecv) only by the two ranks they connect. The `_single` stops are
+the one-tensor forms (one flat tensor instead of a list; FSDP2 gathers parameters and
+reduce-scatters gradients so). `all_gather_into_tensor` and `reduce_scatter_tensor`,
+their older names, are deprecated aliases in PyTorch 2.14; the tour calls the names
+this PyTorch has.
 """
 
 import sys
@@ -25,6 +29,12 @@ from common.distributed import backend_for, device_for, end_process, log0, torch
 
 LAUNCH = "torchrun --standalone --nproc_per_node=3 collectives_tour.py"
 SUM = dist.ReduceOp.SUM
+ALL_GATHER_ONE = next(
+    n for n in ("all_gather_single", "all_gather_into_tensor") if hasattr(dist, n)
+)
+REDUCE_SCATTER_ONE = next(
+    n for n in ("reduce_scatter_single", "reduce_scatter_tensor") if hasattr(dist, n)
+)
 
 
 def mine(rank: int, device) -> torch.Tensor:
@@ -73,6 +83,13 @@ def all_gather(rank, world_size, device):
     return t, out
 
 
+def all_gather_single(rank, world_size, device):
+    t = mine(rank, device)
+    out = torch.zeros(2 * world_size, dtype=t.dtype, device=device)
+    getattr(dist, ALL_GATHER_ONE)(out, t)
+    return t, out
+
+
 def gather(rank, world_size, device):
     t = mine(rank, device)
     out = [torch.zeros_like(t) for _ in range(world_size)] if rank == 0 else None
@@ -95,11 +112,27 @@ def reduce_scatter(rank, world_size, device):
     return pieces, out
 
 
+def reduce_scatter_single(rank, world_size, device):
+    # reduce_scatter's pieces, as one tensor: element j is rank r's piece j.
+    pieces = torch.tensor([(rank + 1) * 10**j for j in range(world_size)], device=device)
+    out = torch.zeros(1, dtype=torch.int64, device=device)
+    getattr(dist, REDUCE_SCATTER_ONE)(out, pieces, op=SUM)
+    return pieces, out
+
+
 def all_to_all(rank, world_size, device):
     # Piece j of rank r is [10r + j]; it travels to rank j.
     pieces = [torch.tensor([10 * rank + j], device=device) for j in range(world_size)]
     out = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world_size)]
     dist.all_to_all(out, pieces)
+    return pieces, out
+
+
+def all_to_all_single(rank, world_size, device):
+    # all_to_all's pieces, as one tensor split in equal parts: part j goes to rank j.
+    pieces = torch.tensor([10 * rank + j for j in range(world_size)], device=device)
+    out = torch.zeros_like(pieces)
+    dist.all_to_all_single(out, pieces)
     return pieces, out
 
 
@@ -161,6 +194,11 @@ TOUR = {
         all_gather,
         lambda r, n: [[j + 1, 10 * (j + 1)] for j in range(n)],
     ),
+    ALL_GATHER_ONE: (
+        f"{ALL_GATHER_ONE}(out, t): all_gather into one flat tensor",
+        all_gather_single,
+        lambda r, n: [v for j in range(n) for v in (j + 1, 10 * (j + 1))],
+    ),
     "gather": (
         "gather(t, gather_list, dst=0): rank 0 collects every rank's tensor",
         gather,
@@ -176,10 +214,20 @@ TOUR = {
         reduce_scatter,
         lambda r, n: [sum((k + 1) * 10**r for k in range(n))],
     ),
+    REDUCE_SCATTER_ONE: (
+        f"{REDUCE_SCATTER_ONE}(out, t, op=SUM): reduce_scatter, the pieces in one tensor",
+        reduce_scatter_single,
+        lambda r, n: [sum((k + 1) * 10**r for k in range(n))],
+    ),
     "all_to_all": (
         "all_to_all(out_list, pieces): piece j of every rank goes to rank j",
         all_to_all,
         lambda r, n: [[10 * k + r] for k in range(n)],
+    ),
+    "all_to_all_single": (
+        "all_to_all_single(out, t): all_to_all, one tensor in equal parts",
+        all_to_all_single,
+        lambda r, n: [10 * k + r for k in range(n)],
     ),
     "barrier": ("barrier(): no data; no rank leaves until every rank has arrived", barrier, None),
     "send_recv": (

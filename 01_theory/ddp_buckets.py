@@ -9,7 +9,9 @@ computing the gradients of earlier layers.
 Three facts it shows, read from PyTorch at run time:
 - plain `DDP(model)` caps buckets at 25 MiB but the *first* bucket (the last layers,
   whose gradients come first) at 1 MiB; an explicit `bucket_cap_mb` caps every bucket,
-  the first included;
+  the first included. A cap is where a bucket closes, not a limit it stays under: DDP
+  adds whole parameters to a bucket and closes it as soon as it reaches or passes its
+  cap, so the default's first bucket here is the last layer, a little over 1 MiB;
 - the first iteration puts every parameter in one bucket; DDP rebuilds its buckets
   after it, in the order the gradients really arrived;
 - buckets are all-reduced strictly in index order, the same on every rank, since every
@@ -151,7 +153,7 @@ def main():
     )
 
     layer_mb = (args.width * args.width + args.width) * 4 / 2**20
-    log0(f"model: {args.layers} x Linear({args.width}, {args.width}), {layer_mb:.2f} MB per layer")
+    log0(f"model: {args.layers} x Linear({args.width}, {args.width}), {layer_mb:.3f} MB per layer")
     # Read from PyTorch, not written down: they are what this version does.
     first_mb = dist._DEFAULT_FIRST_BUCKET_BYTES / 2**20
     log0(
@@ -164,7 +166,7 @@ def main():
         first, events = watch_one_backward(model, cap, device, args.batch, args.iterations)
         hooks = [e for e in events if e["kind"] == "grad_ready"]
         buckets = launches(events)
-        sizes = ", ".join(f"{b['numel'] * 4 / 2**20:.2f}" for b in buckets)
+        sizes = ", ".join(f"{b['numel'] * 4 / 2**20:.3f}" for b in buckets)
         plural = "bucket" if len(buckets) == 1 else "buckets"
         name = "default" if cap is None else f"{cap:g}"
         log0(f"bucket_cap_mb={name}: {len(buckets)} {plural}, MB each in launch order: {sizes}")

@@ -12,9 +12,19 @@ the ranks still holding data finish their steps. The replicas then differ (a joi
 rank takes no more optimizer steps), until the context ends: DDP's join hook then
 broadcasts the parameters of the last rank to join to every rank. The script prints
 a digest of each rank's weights just before and after that, to show it. The
-optimizer's state is not synchronized (momentum or Adam states would stay different),
-and inside `Join` every forward pass adds one small all-reduce: each rank tells the
-joined ones whether a backward all-reduce is coming.
+optimizer's state is not synchronized (momentum or Adam states would stay different).
+
+`Join` also costs traffic, even when no rank runs out. In this PyTorch every forward
+pass inside it adds two one-element all-reduces (this model has no buffers; a model
+with buffers adds one more, and so does `throw_on_early_termination=True`):
+`Join.notify_join_context` ("I have not joined"), then DDP's
+`_check_global_requires_backward_grad_sync` ("a backward all-reduce is coming").
+A joined rank matches both for each step it shadows ("how many ranks have not joined?",
+then "is a backward all-reduce coming?"). Leaving adds two more on every rank: "how many
+have not joined?" (0: done), and, in DDP's join hook, "who joined last?" before the
+final broadcast. `common.traffic.counting_all_reduce` counts them as
+`torch.distributed.all_reduce` calls (the gradients are all-reduced from C++, unseen
+there), and the script prints the counts.
 
 Launch it (from any folder, with the path to this file):
 
@@ -40,6 +50,7 @@ from common.cli import LessonArgumentParser, positive_seconds
 from common.data import SyntheticRegression
 from common.distributed import backend_for, device_for, end_process, log, torchrun_env
 from common.models import regression_model
+from common.traffic import counting_all_reduce
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 uneven_inputs.py [--join] [--timeout 3]"
 BATCH_SIZE = 16
@@ -106,12 +117,19 @@ def main() -> None:
         if args.join:
             # Join needs every rank to enter the context; the last rank to run out of
             # batches ends it on every rank together.
-            with Join([model]):
+            small = {}  # the all-reduces Join and DDP issue from Python
+            with counting_all_reduce(small), Join([model]):
                 steps = train()
+                in_steps = small["calls"]
                 log(f"ran {steps} steps; weights {weights_digest(model)} (inside Join)")
             # Leaving the context ran DDP's join hook: the last joiner's parameters
             # were broadcast to every rank.
             log(f"weights {weights_digest(model)} (after Join)")
+            log(
+                f"Join's small all-reduces: {in_steps} in {steps} forward passes "
+                f"({in_steps / steps:g} per forward), {small['calls'] - in_steps} on leaving; "
+                f"one element each: {small['elements'] == small['calls']}"
+            )
         else:
             steps = train()
         log(f"ran {steps} steps; at the end-of-epoch barrier")

@@ -2,12 +2,18 @@
 
 Used by `trainer.py` (see main.py's docstring for the commands that launch the lesson).
 
-- `bf16`: autocast to bfloat16. It has float32's range, so gradients cannot underflow
-  and no loss scaling is needed.
-- `fp16`: autocast to float16, whose smallest normal number is about 6e-5: small
-  gradients would round to 0. A GradScaler multiplies the loss (by 65,536 at first)
-  before the backward pass, divides the gradients back before the optimizer uses
-  them, and skips a step whose gradients overflowed, lowering the scale.
+- `bf16`: autocast to bfloat16. It has float32's exponent range (the same smallest
+  normal number, 2^-126), so gradients underflow no sooner than in float32, and no
+  loss scaling is needed.
+- `fp16`: autocast to float16, whose exponent range is narrow. Below its smallest
+  normal number, 2^-14 (about 6.1e-5), values are subnormal: spaced 2^-24 (about
+  6e-8) apart, the smallest subnormal, so the smaller a gradient the fewer significant
+  bits it keeps; at half of 2^-24 or below it rounds to 0. `float16_range()` reads these
+  limits from `torch.finfo`, and the fp16 choice logs them. A GradScaler multiplies
+  the loss (by its `init_scale`, 2^16 unless told otherwise) before the backward pass,
+  which lifts small gradients out of the subnormal range, divides the gradients back
+  before the optimizer uses them, and skips a step whose gradients overflowed (past
+  65504, the largest float16), lowering the scale.
 - `off`: float32 throughout.
 - `auto`: on a GPU, bf16 where the GPU supports it (NVIDIA from Ampere on), else fp16
   with the scaler. On a CPU, whichever of bf16 and float32 runs a training step of
@@ -20,6 +26,7 @@ cores, several times faster; Ampere on): what PyTorch's documentation recommends
 training, where the difference is far below the noise of SGD.
 """
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -43,6 +50,18 @@ class Precision:
         return torch.autocast(device.type, dtype=self.dtype, enabled=self.dtype is not None)
 
 
+def float16_range() -> str:
+    """float16's limits, read from this PyTorch: the numbers the docstring uses."""
+    info = torch.finfo(torch.float16)
+    zero = torch.zeros((), dtype=torch.float16)
+    subnormal = torch.nextafter(zero, torch.ones_like(zero)).item()  # the next after 0
+    return (
+        f"float16: largest {info.max:g}, smallest normal {info.smallest_normal:.2g} "
+        f"(2^{math.log2(info.smallest_normal):.0f}), smallest subnormal {subnormal:.2g} "
+        f"(2^{math.log2(subnormal):.0f})"
+    )
+
+
 def allow_tf32(device: torch.device) -> None:
     """TF32 for float32 matrix products on a GPU (convolutions use it by default already;
     matrix products do not: `torch.backends.cuda.matmul.fp32_precision` is "none")."""
@@ -57,11 +76,14 @@ def choose_precision(setting: str, device: torch.device, model, inputs, targets)
     fixed = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
     if setting in fixed:
         dtype = fixed[setting]
-        return Precision(dtype, dtype == torch.float16, f"trainer.amp={setting}")
+        fp16 = dtype == torch.float16
+        why = f"trainer.amp={setting}; {float16_range()}" if fp16 else f"trainer.amp={setting}"
+        return Precision(dtype, fp16, why)
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported(including_emulation=False):
             return Precision(torch.bfloat16, False, "auto: this GPU computes in bf16")
-        return Precision(torch.float16, True, "auto: this GPU has no bf16: fp16 with loss scaling")
+        why = f"auto: this GPU has no bf16: fp16 with loss scaling; {float16_range()}"
+        return Precision(torch.float16, True, why)
     seconds = torch.tensor(
         [_step_seconds(model, inputs, targets, d) for d in (None, torch.bfloat16)]
     )

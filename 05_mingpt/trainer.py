@@ -74,8 +74,8 @@ class Trainer:
             self.precision = choose_precision(
                 settings.amp, device, self.raw_model, inputs.to(device), targets.to(device)
             )
-        # fp16 needs loss scaling (small gradients underflow to 0); bf16 has float32's
-        # range and does not. A disabled scaler passes everything through unchanged.
+        # fp16 needs loss scaling (small gradients go subnormal or to 0: precision.py);
+        # bf16 has float32's range and does not. A disabled scaler changes nothing.
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision.loss_scaling)
         peak = settings.peak_tflops * 1e12 or measured_peak_flops(device, self.precision.dtype)
         self.peak_flops = peak * world_size

@@ -1,6 +1,7 @@
 """Lesson 05, in one process: the GPT is causal, initialised and grouped as the lesson
 says, samples reproducibly; the config and the data refuse bad input in one line."""
 
+import inspect
 import math
 
 import pytest
@@ -115,6 +116,23 @@ def test_generate_is_reproducible_and_top_1_is_greedy():
     assert torch.equal(sample(5, top_k=1, temperature=0.1), greedy)
     with pytest.raises(ValueError, match="temperature must be > 0"):
         sample(0, temperature=0)
+
+
+def test_precision_states_float16s_limits_as_this_pytorch_has_them():
+    precision = lesson_module("05_mingpt", "precision")
+    half, bf16, fp32 = (torch.finfo(t) for t in (torch.float16, torch.bfloat16, torch.float32))
+    # float16: normal from 2^-14, subnormal steps of 2^-24; half a step or less rounds to 0.
+    assert half.smallest_normal == 2**-14 and "2^-14" in precision.__doc__
+    assert half.max == 65504 and "65504" in precision.__doc__
+    smallest = torch.tensor(2.0**-24, dtype=torch.float16)
+    assert smallest > 0 and smallest / 2 == 0 and "2^-24" in precision.__doc__
+    assert torch.tensor(2.0**-25).half() == 0 < torch.tensor(1.001 * 2.0**-25).half()
+    assert "(2^-14)" in precision.float16_range() and "(2^-24)" in precision.float16_range()
+    # bfloat16 has float32's smallest normal number; GradScaler starts at 2^16.
+    assert bf16.smallest_normal == fp32.smallest_normal == 2**-126
+    assert "2^-126" in precision.__doc__ and "2^16" in precision.__doc__
+    init_scale = inspect.signature(torch.amp.GradScaler).parameters["init_scale"].default
+    assert init_scale == 2**16
 
 
 def test_config_overrides_are_typed():
