@@ -296,7 +296,8 @@ def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) 
 
 
 # Whatever a worker raises, @record writes it to a file that torchrun reads, so
-# torchrun's failure report shows the worker's own error as the root cause.
+# torchrun's failure report shows the worker's own error and traceback. (Its "Root
+# Cause" is the earliest failure, which need not be the cause: lesson 03.)
 @record
 def main(
     total_epochs: int,
