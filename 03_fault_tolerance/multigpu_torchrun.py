@@ -8,11 +8,14 @@ snapshot and resumes where it left off. When a worker dies, torchrun (given
 `--max-restarts`) stops the others and starts the group again, and training goes on
 where the snapshot left it.
 
-Asked to stop (SIGTERM or SIGUSR1: a time limit, a preemption, `kill` on torchrun),
-every rank stops at the same step, rank 0 saves a snapshot of that step, and every
+Asked to stop (SIGTERM to torchrun, which forwards it: a time limit, a preemption,
+`kill` on torchrun; or SIGTERM or SIGUSR1 to any one worker), every rank stops at the
+same step, rank 0 saves a snapshot of that step, and every
 rank exits with code 75, "stopped, resume me": launched again, it goes on from that
 step, losing nothing (the notebook of part 3 shows it, and what `--no_stop_handler`
-loses without it).
+loses without it). SIGUSR1 to torchrun itself kills the agent, not the training: it is
+not among the signals torchrun forwards by default (`--signals-to-handle`), and the
+workers, in a session of their own, never hear it.
 
 Launch it (from any folder, with the path to this file):
 
@@ -293,7 +296,8 @@ def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) 
 
 
 # Whatever a worker raises, @record writes it to a file that torchrun reads, so
-# torchrun's failure report shows the worker's own error as the root cause.
+# torchrun's failure report shows the worker's own error and traceback. (Its "Root
+# Cause" is the earliest failure, which need not be the cause: lesson 03.)
 @record
 def main(
     total_epochs: int,

@@ -1,11 +1,12 @@
 """Lesson 03: why a restarted group can fail to meet when torchrun shares its store.
 
-Since PyTorch 2.4, torchrun lends its workers the key-value store of its own
-rendezvous, and keeps that one store for every restart (pytorch/pytorch#135712,
-#167288). Each worker that joins a gloo group publishes its address in the store and
-reads the others' addresses from it. The keys are the same at every attempt, so a
-restarted worker can read the address that a dead worker of the previous attempt
-published, before its successor has written its own.
+In recent releases (since pytorch/pytorch#128096, in 2024), torchrun's agent of
+rendezvous rank 0 creates a second TCPStore beside its rendezvous store, lends it to
+the workers (MASTER_ADDR:MASTER_PORT), and keeps that one store for every restart
+(pytorch/pytorch#135712, #167288). Each worker that joins a gloo group publishes its
+address in the store and reads the others' addresses from it. The keys are the same
+at every attempt, so a restarted worker can read the address that a dead worker of the
+previous attempt published, before its successor has written its own.
 
 Attempt 0: the two workers meet, all-reduce once, and rank 1 kills itself. Attempt 1:
 torchrun restarts both. Rank 0 looks for rank 1's address in the store, then joins;
@@ -56,8 +57,9 @@ ROOMY = timedelta(seconds=60)  # for the meetings that are not the demonstration
 
 def job_store() -> dist.TCPStore:
     """A client of the store that init_process_group uses (MASTER_ADDR:MASTER_PORT):
-    torchrun's own store, or with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the one that
-    worker rank 0 of this attempt starts."""
+    the second TCPStore of torchrun's rank-0 agent, or with
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the one that worker rank 0 of this attempt
+    starts."""
     return dist.TCPStore(
         os.environ["MASTER_ADDR"],
         int(os.environ["MASTER_PORT"]),

@@ -20,9 +20,11 @@ On one machine, two agents in two terminals play two nodes (HEAD is 127.0.0.1).
 `--batch_size` (default 32) is per process. It writes `snapshot.pt` to the current
 folder (`--snapshot_path` to change it) and resumes from it. Crashes can be
 injected as in lesson 03 (`--crash_rank R --crash_epoch E --crash_step S`). Asked to
-stop (SIGTERM or SIGUSR1: a time limit, a preemption, a requeue), it stops as lesson 03's
-script does (part 3): every rank at the same step, a snapshot of that step on every
-node, exit code 75, and a resume from that step.
+stop (SIGTERM to the torchruns or the workers: a time limit, a preemption, a requeue;
+or SIGTERM or SIGUSR1 to any one worker), it stops as lesson 03's script does (part 3):
+every rank at the same step, a snapshot of that step on every node, exit code 75, and a
+resume from that step. SIGUSR1 to a torchrun kills that agent: torchrun forwards only
+the signals of `--signals-to-handle`, SIGUSR1 not among them by default.
 """
 
 import itertools

@@ -23,8 +23,9 @@ refused in one line, unless --resume_with_new_config. A finished run says so.
 kills rank R hard at step S of epoch E, in the first attempt only: torchrun restarts
 the group (it needs --max-restarts) and training resumes from the last snapshot,
 ending with the same weights as a run that never crashed. The variable gives every
-attempt a fresh rendezvous store: torchrun 2.x keeps its store across restarts, and a
-restarted worker may read a dead worker's address (lesson 03 explains it).
+attempt a fresh store for the workers: by default torchrun keeps one across restarts,
+and a restarted worker may read a dead worker's address, then meet its peer, be
+refused, or wait with it until the timeout (lesson 03 shows all three).
 """
 
 import os

@@ -9,7 +9,8 @@ SIGTERM when the time limit comes or a higher-priority job preempts it (or, with
 later (`KillWait`, 30 s by default). Kubernetes does the same with its termination
 grace period. torchrun forwards the signals named by `--signals-to-handle` (SIGTERM,
 SIGINT, SIGHUP and SIGQUIT by default) to its workers, waits `--shutdown-timeout`
-seconds, then kills them.
+seconds, then kills them. SIGUSR1, not among them, kills torchrun itself when it
+reaches it (its default action), and the workers never hear it.
 
 This module gives a worker what it needs to stop well:
 

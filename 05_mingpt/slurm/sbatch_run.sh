@@ -74,9 +74,10 @@ head_node_addr=$(scontrol show node "$head_node" | grep -o 'NodeAddr=[^ ]*' | cu
 port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
 
 # When a worker dies, its node's torchrun restarts the group (--max-restarts) and the
-# other nodes' torchruns follow. By default they all keep one key-value store, old
-# keys included, so the new workers can read the dead workers' addresses and never
-# connect. A fresh store for every rendezvous round avoids it (lesson 03).
+# other nodes' torchruns follow. By default the workers of every attempt share one
+# key-value store, old keys included, so a new worker can read a dead worker's address:
+# it then meets its peer, is refused, or waits with it until the timeout, by chance
+# (lesson 03 shows all three). A fresh store for every rendezvous round avoids it.
 # (srun passes this to the torchrun of every node.)
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
