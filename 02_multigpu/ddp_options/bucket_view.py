@@ -1,7 +1,10 @@
 """Lesson 02, DDP's options: `gradient_as_bucket_view=True`, and the memory it saves.
 
-DDP all-reduces gradients in buckets: flat tensors it allocates when it wraps the
-model, as big as all the gradients together. By default each parameter's `.grad` is
+DDP all-reduces gradients in buckets: flat tensors as big as all the gradients
+together. It creates them when it wraps the model (empty: on the CPU their memory
+becomes resident only when the first backward pass writes into them), and creates
+them again at the start of the second forward pass, in the order the gradients
+arrived (the rebuild), freeing the first ones. By default each parameter's `.grad` is
 a tensor of its own, and DDP copies it into its bucket before the all-reduce and the
 averaged result back: the gradients are held twice. With
 `gradient_as_bucket_view=True`, each `.grad` is a view into its bucket: held once.
@@ -10,8 +13,10 @@ For models of a few sizes, with the option off and on, the run prints the memory
 buckets and gradients take together after two training steps (on the CPU, the growth
 of the process's resident memory; on a GPU, the allocator's count), and whether each
 `.grad` shares its storage with a bucket (a communication hook sees the buckets). Then
-the one rule the option brings: a view cannot be detached in place, so
-`grad.detach_()` fails.
+what the option asks of the training loop: a view cannot be detached in place, so
+`grad.detach_()` fails; and `optimizer.zero_grad()`'s default, `set_to_none=True`,
+drops the views, so that each backward pass allocates new gradients that DDP copies
+into the buckets again: with the option, call `zero_grad(set_to_none=False)`.
 
 The layers are 64 MB each, so that every tensor is allocated and freed on its own and
 the resident memory of the process follows them.
@@ -72,7 +77,7 @@ def measure(layers: int, as_view: bool, device: torch.device) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
     inputs = torch.randn(4, WIDTH, device=device)
     for _ in range(2):  # the first step rebuilds the buckets; measure after the second
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=not as_view)  # keep the views, where they are
         model(inputs).sum().backward()
         optimizer.step()
     with_gradients = memory_in_use(device)
@@ -90,6 +95,12 @@ def measure(layers: int, as_view: bool, device: torch.device) -> dict:
             result["detach_"] = "allowed"
         except RuntimeError as error:
             result["detach_"] = str(error)
+        optimizer.zero_grad(set_to_none=False)
+        result["kept"] = all(
+            p.grad.untyped_storage().data_ptr() in bucket_storages for p in model.parameters()
+        )
+        optimizer.zero_grad()  # set_to_none=True, the default
+        result["dropped"] = all(p.grad is None for p in model.parameters())
     del model, plain, optimizer
     return result
 
@@ -121,6 +132,11 @@ def main() -> None:
             )
             if "detach_" in used and layers == args.layers[0]:
                 log0(f"gradient_as_bucket_view=True: grad.detach_() -> {used['detach_']}")
+                log0(
+                    "gradient_as_bucket_view=True: after zero_grad(set_to_none=False) every "
+                    f".grad is still in a bucket: {used['kept']} | after zero_grad() "
+                    f"(set_to_none=True) every .grad is None: {used['dropped']}"
+                )
     dist.destroy_process_group()
 
 

@@ -1,12 +1,18 @@
 """Lesson 02, DDP's options: communication hooks, from DDP's own to gradient compression.
 
 A communication hook replaces what DDP does with a gradient bucket once it is ready:
-by default, all-reduce it and divide by the world size. The contract: a function
+by default, divide it by the world size, then all-reduce it (a sum of gradients each
+divided by N is their average; dividing first keeps 16-bit sums within range). Without
+a hook, DDP's reducer does the same, scaling each gradient as it copies it into its
+bucket; with `allreduce_hook`, `_allreduce_fut` divides the bucket. The contract: a function
 `hook(state, bucket)` that returns a `torch.futures.Future` whose value is the bucket
 of averaged gradients, a tensor of the same shape as `bucket.buffer()`. The hooks run:
 
 - `plain`:    `default_hooks.allreduce_hook`: what DDP does without a hook;
-- `by_hand`:  `average_hook` below: the same, written out, to show the contract;
+- `by_hand`:  `average_hook` below: the average written out, to show the contract; it
+  sums, then divides. With 2 ranks that equals DDP's divide-then-sum bit for bit, as
+  dividing by 2 is exact in binary floating point; with 3 it need not (the run counts
+  the elements where the two orders differ, on random numbers);
 - `fp16`, `bf16`: the bucket sent as 16-bit floats, half the bytes, then turned back;
 - `powersgd1`, `powersgd4`: PowerSGD: each gradient matrix (n x m) sent as two thin
   factors of rank 1 or 4, (n + m) x rank numbers, with the error it leaves out kept
@@ -18,7 +24,8 @@ the bytes each hook hands to it. Two parts:
 
 1. traffic: a model of `--size-mb` of gradients, in one bucket, and a tiny batch,
    where communication dominates: bytes sent and time per step, for each hook (one
-   bucket, because PowerSGD can hang on gloo with several: see `traffic`);
+   bucket, because PowerSGD can hang on gloo with several: see `traffic`), and the
+   memory PowerSGD's state keeps per rank;
 2. training: a small model trained for `--steps` steps with each hook: the loss
    every few steps (every step goes to `--curves FILE`, which the notebook plots),
    and the final weights against `plain`.
@@ -29,6 +36,7 @@ Launch it (from any folder, with the path to this file):
     torchrun --standalone --nproc_per_node=4 comm_hooks.py --size-mb 64 --curves curves.json
 """
 
+import inspect
 import json
 import statistics
 import time
@@ -54,10 +62,12 @@ LAUNCH = (
 HOOKS = ("plain", "by_hand", "fp16", "bf16", "powersgd1", "powersgd4")
 WIDTH = 2048  # the traffic model's layers: 2048 x 2048 float32, 16 MB each
 TIMED_STEPS, WARMUP_STEPS = 8, 3
+MB = 2**20
 
 
 def average_hook(process_group: dist.ProcessGroup | None, bucket: dist.GradBucket):
-    """DDP's average, written out: sum the bucket over the ranks, then divide."""
+    """The average, written out: sum the bucket over the ranks, then divide (DDP's own
+    hook divides first)."""
     group = process_group if process_group is not None else dist.group.WORLD
     world_size = dist.get_world_size(group)
     # async_op=True: return at once, so that DDP can go on with the backward pass
@@ -67,8 +77,18 @@ def average_hook(process_group: dist.ProcessGroup | None, bucket: dist.GradBucke
     return summed.then(lambda done: done.value()[0].div_(world_size))
 
 
-def attach(model: DDP, hook: str) -> None:
-    """Register the communication hook called `hook` on `model`."""
+def division_order_differs(world_size: int, numel: int = 100_000) -> int:
+    """Of `numel` sums of `world_size` random float32 numbers, how many change when each
+    number is divided by `world_size` before the sum instead of the sum after it."""
+    terms = torch.randn(world_size, numel, generator=torch.Generator().manual_seed(0))
+    divided_first = sum(term / world_size for term in terms)
+    divided_after = sum(term for term in terms) / world_size
+    return int((divided_first != divided_after).sum())
+
+
+def attach(model: DDP, hook: str) -> powerSGD_hook.PowerSGDState | None:
+    """Register the communication hook called `hook` on `model`; return PowerSGD's
+    state, which a checkpoint should keep (None for the other hooks)."""
     if hook == "plain":
         model.register_comm_hook(None, default_hooks.allreduce_hook)
     elif hook == "by_hand":
@@ -88,21 +108,35 @@ def attach(model: DDP, hook: str) -> None:
             start_powerSGD_iter=2,
         )
         model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return state
+    return None
 
 
-def traffic(hook: str, size_mb: int, device: torch.device) -> tuple[float, float]:
-    """MB sent and seconds per step (medians over TIMED_STEPS) with `hook`."""
+def state_megabytes(state: powerSGD_hook.PowerSGDState) -> tuple[float, float]:
+    """MB that PowerSGD's state holds on this rank: the error it feeds back (a float32
+    copy of every compressed gradient) and its P and Q factors, kept for a warm start."""
+    error = sum(t.numel() * t.element_size() for t in state.error_dict.values())
+    factors = [*state.p_memory_dict.values(), *state.q_memory_dict.values()]
+    return error / MB, sum(t.numel() * t.element_size() for t in factors) / MB
+
+
+def traffic(hook: str, size_mb: int, device: torch.device) -> tuple[float, float, tuple | None]:
+    """MB sent and seconds per step (medians over TIMED_STEPS) with `hook`, and the MB
+    of PowerSGD's state (None for the other hooks)."""
     torch.manual_seed(0)
     layers = max(1, size_mb * 2**20 // (WIDTH * WIDTH * 4))
     model = DDP(
         nn.Sequential(*(nn.Linear(WIDTH, WIDTH, bias=False) for _ in range(layers))).to(device),
         device_ids=[device.index] if device.type == "cuda" else None,
-        # One bucket for all the gradients: PowerSGD's hook launches its second and
-        # third all-reduce from callbacks of the first, in gloo's threads, so with
-        # several buckets two ranks can issue them in different orders, and hang.
+        # One bucket for all the gradients. PowerSGD's callbacks (chained with `then`)
+        # launch the next all-reduce, of P then of Q, and wait for it. gloo runs a
+        # future's callbacks on the group's worker threads, the ones that also run its
+        # collectives: with as many buckets in flight as workers, every worker can end
+        # up waiting, in a callback, for an all-reduce that no free worker is left to
+        # run. A race, seen even in a world of one process; one bucket cannot hang.
         bucket_cap_mb=size_mb + 1,
     )
-    attach(model, hook)
+    state = attach(model, hook)
     inputs = torch.randn(8, WIDTH, device=device)
     sent, seconds = [], []
     for step in range(WARMUP_STEPS + TIMED_STEPS):
@@ -117,7 +151,8 @@ def traffic(hook: str, size_mb: int, device: torch.device) -> tuple[float, float
         if step >= WARMUP_STEPS:  # past PowerSGD's plain start, and the bucket rebuild
             seconds.append(time.perf_counter() - started)
             sent.append(counter["bytes"] / 2**20)
-    return statistics.median(sent), statistics.median(seconds)
+    memory = state_megabytes(state) if state is not None else None
+    return statistics.median(sent), statistics.median(seconds), memory
 
 
 def training(hook: str, steps: int, device: torch.device) -> tuple[list[float], torch.Tensor]:
@@ -162,12 +197,29 @@ def main() -> None:
     )
 
     log0(f"traffic: {args.size_mb} MB of float32 gradients per step, {world_size} ranks")
+    if dist.get_backend() == "gloo":
+        threads = dist.group.WORLD._get_backend(torch.device("cpu")).options._threads
+        log0(f"gloo: {threads} worker threads run this process group's collectives")
+    default_start = (
+        inspect.signature(powerSGD_hook.PowerSGDState).parameters["start_powerSGD_iter"].default
+    )
+    log0(f"PowerSGD compresses from step 2 here; start_powerSGD_iter's default: {default_start}")
     traffic("plain", args.size_mb, device)  # not shown: the first model's one-time costs
     for hook in HOOKS:
-        megabytes, seconds = traffic(hook, args.size_mb, device)
+        megabytes, seconds, memory = traffic(hook, args.size_mb, device)
         log0(
             f"traffic | {hook:<9} | MB to all_reduce per step {megabytes:7.3f} "
             f"| ms per step {seconds * 1e3:7.1f}"
+        )
+        if memory is not None:
+            log0(
+                f"memory  | {hook:<9} | PowerSGD's state per rank: error feedback "
+                f"{memory[0]:.3f} MB, P and Q {memory[1]:.3f} MB"
+            )
+    for n in (2, 3):
+        log0(
+            f"dividing by {n} before or after summing {n} numbers: different results in "
+            f"{division_order_differs(n)} of 100000 random float32 sums"
         )
 
     log0(f"training: {args.steps} steps, {world_size} ranks, loss averaged over the ranks")
@@ -184,6 +236,7 @@ def main() -> None:
     for hook in HOOKS[1:]:
         difference = (final[hook] - final["plain"]).abs().max().item()
         log0(f"training | {hook:<9} | max |w - w plain| {difference:.2e}")
+
     dist.destroy_process_group()
 
 

@@ -4,9 +4,11 @@
 names every tensor `module.<name>`; `model.module.state_dict()` names it `<name>`.
 Rank 0 saves both; after a barrier, every rank loads each into a plain model and into
 a DDP model, and the run prints what works, what fails (with PyTorch's error), and
-the fix: `consume_prefix_in_state_dict_if_present`. `torch.compile` adds a prefix of
-its own, `_orig_mod.`, shown last. Every load maps the tensors to this rank's device
-(`map_location`): a checkpoint saved on GPU 0 would otherwise load onto GPU 0.
+the fix: `consume_prefix_in_state_dict_if_present`. `torch.compile(model)` adds a
+prefix of its own, `_orig_mod.`; `model.compile()`, which compiles in place, adds none;
+and `get_model_state_dict` (`torch.distributed.checkpoint.state_dict`) gives the names
+without either prefix, from any of these. Every load maps the tensors to this rank's
+device (`map_location`): a checkpoint saved on GPU 0 would otherwise load onto GPU 0.
 
 Launch it (from any folder, with the path to this file):
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -83,6 +86,12 @@ def main() -> None:
 
     compiled = DDP(torch.compile(make_model(seed=0).to(device)), device_ids=device_ids)
     log0(f"DDP(torch.compile(model)).state_dict() keys {list(compiled.state_dict())}")
+    in_place = make_model(seed=0).to(device)
+    in_place.compile()  # compiles on the first call; the names stay
+    in_place = DDP(in_place, device_ids=device_ids)
+    log0(f"model.compile(), then DDP(model): state_dict() keys {list(in_place.state_dict())}")
+    plain_names = list(get_model_state_dict(compiled))
+    log0(f"get_model_state_dict(DDP(torch.compile(model))) keys {plain_names}")
     dist.destroy_process_group()
 
 

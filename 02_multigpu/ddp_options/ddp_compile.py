@@ -8,19 +8,25 @@ no communication would overlap computation any more. DDP's partner in the compil
 the *DDPOptimizer* (`torch._dynamo.config.optimize_ddp`), splits the graph at DDP's
 bucket boundaries instead, so that each piece's backward ends with its buckets ready.
 
-Four ways to train the same model for a few steps, with bucket_cap_mb=4 so that it
-has several buckets:
+Five ways to train the same layers for a few steps, with bucket_cap_mb=4 so that
+they have several buckets. `Stack` is a small model class of our own; `Sequential`
+is the same layers as a bare `nn.Sequential`:
 
-- `eager`:                 `DDP(model)`, no compile: the reference;
-- `compile_then_wrap`:     `DDP(torch.compile(model))`, as nanoGPT does;
+- `eager`:                 `DDP(Stack())`, no compile: the reference;
+- `compile_then_wrap`:     `model.compile()`, then `DDP(model)`: the order PyTorch's
+  docs recommend ("Where to apply torch.compile?": compile the inner module passed to
+  the wrapper, since torch.compile does not handle wrappers like DDP well);
 - `compile_then_wrap, optimize_ddp=False`: the same without the DDPOptimizer;
-- `wrap_then_compile`:     `torch.compile(DDP(model))`.
+- `wrap_then_compile`:     `torch.compile(DDP(Stack()))`;
+- `wrap_then_compile, Sequential`: `torch.compile(DDP(nn.Sequential(...)))`. Dynamo
+  stops at a graph break in DDP's forward and resumes in the frames DDP calls; it
+  compiles the frame of `Stack.forward`, our file, but skips the frames of torch's own
+  files, such as `nn.Sequential.forward`: that model runs uncompiled (0 graphs).
 
-For each, the run prints how many graphs the backend compiled, how many all-reduces
-DDP launched per step, how many compiled backward pieces still ran after the first
-all-reduce had been launched (the overlap; 0 means none), and how far the weights are
-from `eager`'s. `--events FILE` writes the last backward pass of each way (gradients
-ready, all-reduces launched and completed), for lesson 01's bucket timeline.
+Whichever way, a frame compiled while DDP's forward is running gets the DDPOptimizer
+(`torch/_dynamo/convert_frame.py` asks `DDP._get_active_ddp_module()`).
+`model.compile()` compiles in place: the state dict keeps its names, where
+`torch.compile(model)` returns a wrapper whose keys start with `_orig_mod.`.
 
 The backend is `aot_eager` by default (AOTAutograd without code generation: it needs
 no C++ compiler, and compiles in seconds); `--backend inductor` is the default of
@@ -55,13 +61,30 @@ LAUNCH = (
 )
 WIDTH, LAYERS, STEPS = 1024, 6, 3  # a 1024 x 1024 layer: 4 MB of float32 gradients
 BUCKET_MB = 4  # about a layer per bucket
-WAYS = ("eager", "compile_then_wrap", "compile_then_wrap, optimize_ddp=False", "wrap_then_compile")
+WAYS = (
+    "eager",
+    "compile_then_wrap",
+    "compile_then_wrap, optimize_ddp=False",
+    "wrap_then_compile",
+    "wrap_then_compile, Sequential",
+)
 
 
-def make_model() -> nn.Module:
+def make_layers() -> nn.Sequential:
     torch.manual_seed(0)
-    layers = [m for _ in range(LAYERS) for m in (nn.Linear(WIDTH, WIDTH), nn.ReLU())]
-    return nn.Sequential(*layers, nn.Linear(WIDTH, 1))
+    stack = [m for _ in range(LAYERS) for m in (nn.Linear(WIDTH, WIDTH), nn.ReLU())]
+    return nn.Sequential(*stack, nn.Linear(WIDTH, 1))
+
+
+class Stack(nn.Module):
+    """The layers, in a model class of our own, as most models are."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = make_layers()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
 
 
 def compiled_backward_nodes(output: torch.Tensor) -> list:
@@ -90,13 +113,11 @@ def train(way: str, backend: str, device: torch.device) -> dict:
     torch._dynamo.reset()  # forget the graphs of the previous way
     torch._dynamo.config.optimize_ddp = "optimize_ddp=False" not in way
     device_ids = [device.index] if device.type == "cuda" else None
-    if way == "eager":
-        model = ddp = DDP(make_model().to(device), device_ids=device_ids, bucket_cap_mb=BUCKET_MB)
-    elif way.startswith("compile_then_wrap"):
-        compiled = torch.compile(make_model().to(device), backend=counting_backend)
-        model = ddp = DDP(compiled, device_ids=device_ids, bucket_cap_mb=BUCKET_MB)
-    else:
-        ddp = DDP(make_model().to(device), device_ids=device_ids, bucket_cap_mb=BUCKET_MB)
+    module = (make_layers() if way.endswith("Sequential") else Stack()).to(device)
+    if way.startswith("compile_then_wrap"):
+        module.compile(backend=counting_backend)  # in place: same module, same names
+    model = ddp = DDP(module, device_ids=device_ids, bucket_cap_mb=BUCKET_MB)
+    if way.startswith("wrap_then_compile"):
         model = torch.compile(ddp, backend=counting_backend)
 
     # The events of a backward pass, in order, timed as lesson 01's timeline draws them.
@@ -139,6 +160,7 @@ def train(way: str, backend: str, device: torch.device) -> dict:
         "pieces": kinds.count("piece"),
         "pieces_after_first_allreduce": kinds[first:].count("piece"),
         "weights": flat_parameters(ddp.module),
+        "keys": list(ddp.module.state_dict())[:2],
         "events": events,
     }
 
@@ -170,6 +192,8 @@ def main() -> None:
             f"{result['pieces_after_first_allreduce']} after the first all-reduce "
             f"| max |w - w eager| {difference:.1e}"
         )
+    keys = results["compile_then_wrap"]["keys"]
+    log0(f"compile_then_wrap: after model.compile(), the state dict's keys: {keys}")
     if args.events and dist.get_rank() == 0:
         args.events.write_text(json.dumps({way: r["events"] for way, r in results.items()}))
     dist.destroy_process_group()

@@ -7,9 +7,15 @@ the main one. DDP counts, for each parameter, the moment its gradient is ready, 
 all-reduces its bucket then; a reentrant backward breaks that count in two ways:
 
 - `twice`: one layer checkpointed twice in a forward pass. Its gradient arrives in two
-  parts, from two reentrant backward passes. DDP all-reduces after the first part,
-  and the second part stays local: each rank ends with a *different* gradient, and
-  nothing says so;
+  parts, from two reentrant backward passes, and DDP counts the layer ready at the
+  first. What the second part meets depends on where the layer is:
+  - the model's first layer, as here: its parts are the last gradients of the step, so
+    the first part completes the step; DDP all-reduces, finishes the step, and ignores
+    the second part, which stays local: each rank ends with a *different* gradient, and
+    nothing says so;
+  - `twice, after another layer`: the step still waits for that layer's gradient when
+    the second part arrives: RuntimeError at step 0, "Expected to mark a variable ready
+    only once", the error people usually meet;
 - `unused`: a layer checkpointed once, with `find_unused_parameters=True`. DDP's
   search for unused parameters cannot see into the checkpoint, marks the layer ready
   at once, and its gradient arrives later: RuntimeError, "Expected to mark a variable
@@ -45,16 +51,20 @@ BATCH_SIZE, STEPS = 16, 3
 
 
 class Checkpointed(nn.Module):
-    """`layer` checkpointed `uses` times in a row, then a head."""
+    """`layer` checkpointed `uses` times in a row, then a head; with `first_layer`
+    False, after another layer."""
 
-    def __init__(self, uses: int, reentrant: bool):
+    def __init__(self, uses: int, reentrant: bool, first_layer: bool = True):
         super().__init__()
         torch.manual_seed(0)
         self.layer = nn.Linear(IN_FEATURES, IN_FEATURES)
         self.head = nn.Linear(IN_FEATURES, 1)
+        self.before = None if first_layer else nn.Linear(IN_FEATURES, IN_FEATURES)
         self.uses, self.reentrant = uses, reentrant
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.before is not None:
+            x = self.before(x)
         for _ in range(self.uses):
             x = checkpoint(self.layer, x, use_reentrant=self.reentrant)
         return self.head(x)
@@ -67,16 +77,18 @@ def whole_batch(step: int, device: torch.device) -> tuple[torch.Tensor, torch.Te
     return data.inputs[start:end].to(device), data.targets[start:end].to(device)
 
 
-def run(case: str, uses: int, reentrant: bool, device: torch.device, **ddp_options) -> None:
+def run(
+    case: str, uses: int, reentrant: bool, device: torch.device, first_layer=True, **ddp_options
+) -> None:
     """Compute STEPS gradients with DDP; print how far they are from one process's on
     the whole batch, and from rank 0's."""
     rank = dist.get_rank()
     model = DDP(
-        Checkpointed(uses, reentrant).to(device),
+        Checkpointed(uses, reentrant, first_layer).to(device),
         device_ids=[device.index] if device.type == "cuda" else None,
         **ddp_options,
     )
-    reference = Checkpointed(uses, reentrant=False).to(device)  # one process, no DDP
+    reference = Checkpointed(uses, False, first_layer).to(device)  # one process, no DDP
     options = ", ".join(f"{k}={v}" for k, v in ddp_options.items()) or "no option"
     title = f"{case} (layer used {uses}x, use_reentrant={reentrant}, {options})"
     try:
@@ -115,7 +127,8 @@ def main() -> None:
     run("twice", uses=2, reentrant=True, device=device, static_graph=True)
     run("twice", uses=2, reentrant=False, device=device)
     run("unused", uses=1, reentrant=True, device=device, static_graph=True)
-    # Last: after the error, this DDP model's reducer is left mid-step.
+    # Last, these two raise (on every rank alike), leaving their models mid-step.
+    run("twice, after another layer", uses=2, reentrant=True, device=device, first_layer=False)
     run("unused", uses=1, reentrant=True, device=device, find_unused_parameters=True)
     dist.destroy_process_group()
 

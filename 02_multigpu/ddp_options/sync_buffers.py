@@ -6,7 +6,8 @@ evaluation. DDP averages gradients, never buffers. It copies rank 0's buffers to
 every rank when it wraps the model and, with `forward_sync_buffers=True` (the
 default), again at the start of each forward pass that follows a training step; with
 `False` each rank keeps its own after the start. Its older name, `broadcast_buffers`,
-is deprecated since PyTorch 2.13 (and its `False` also skipped the copy at the start).
+is deprecated since PyTorch 2.13 (and its `False` also skipped the copy at the start);
+before 2.13 it is the only name.
 
 Each rank's inputs are shifted by its rank (as in `sync_batchnorm.py`), so each rank's
 batches have their own mean. After a few training steps the run prints, for each
@@ -17,10 +18,18 @@ setting:
   `SyncBatchNorm` on GPUs, would track);
 - whether the ranks' models give the same outputs in evaluation mode.
 
+Then, on gloo, the classic validation hang: rank 0 alone evaluates through the DDP
+wrapper, whose forward pass starts with the buffers' broadcast, a collective the other
+ranks never join; they wait at a barrier. Both wait until the timeout of the process
+group (HANG_SECONDS here). Through `model.module`, nothing waits.
+
 Launch it (from any folder, with the path to this file):
 
     torchrun --standalone --nproc_per_node=2 sync_buffers.py
 """
+
+import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -30,11 +39,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import IN_FEATURES, SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 from common.replicas import largest_difference_between_ranks
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 sync_buffers.py [--steps 5]"
 BATCH_SIZE, SHIFT = 16, 2.0
+HANG_SECONDS = 3  # the timeout of the group in which rank 0 evaluates alone
 
 
 def make_model() -> nn.Module:
@@ -57,6 +67,27 @@ def running_mean_over(ranks: list[int], steps: int, world_size: int) -> torch.Te
     for step in range(steps):
         norm(torch.cat([batch_of(rank, step, world_size)[0] for rank in ranks]))
     return norm.running_mean
+
+
+def evaluate_on_rank_0_alone(through_wrapper: bool, device: torch.device) -> str:
+    """A training step, then rank 0 alone evaluates, through the DDP wrapper or its
+    `.module`, while the other ranks wait at a barrier, all in a group whose timeout is
+    HANG_SECONDS. Returns what happened on this rank."""
+    group = dist.new_group(timeout=timedelta(seconds=HANG_SECONDS))
+    rank = dist.get_rank()
+    model = DDP(make_model().to(device), process_group=group)
+    inputs, targets = batch_of(rank, 0, dist.get_world_size())
+    F.mse_loss(model(inputs.to(device)), targets.to(device)).backward()
+    started = time.perf_counter()
+    try:
+        if rank == 0:
+            model.eval()
+            with torch.no_grad():
+                (model if through_wrapper else model.module)(inputs.to(device))
+        dist.barrier(group=group)
+        return f"the ranks met at the barrier after {time.perf_counter() - started:.1f} s"
+    except RuntimeError:
+        return f"RuntimeError after {time.perf_counter() - started:.0f} s (the group's timeout)"
 
 
 def main() -> None:
@@ -101,6 +132,11 @@ def main() -> None:
             f"forward_sync_buffers={forward_sync}: evaluation outputs "
             f"max |rank - rank 0| {largest_difference_between_ranks(outputs):.2e}"
         )
+    if dist.get_backend() == "gloo":  # nccl's watchdog would end the processes instead
+        for through_wrapper in (True, False):
+            outcome = evaluate_on_rank_0_alone(through_wrapper, device)
+            way = "the DDP wrapper" if through_wrapper else "model.module"
+            log(f"rank 0 evaluates alone through {way}: {outcome}")
     dist.destroy_process_group()
 
 
