@@ -31,8 +31,10 @@ Launch it (from any folder, with the path to this file):
     torchrun --standalone --nproc_per_node=2 uneven_inputs.py --timeout 3   # hangs, then fails
     torchrun --standalone --nproc_per_node=2 uneven_inputs.py --join        # finishes
 
-Without `--join` it runs on the CPU only (gloo detects the mismatch and times out; nccl
-would not): on a GPU machine, prefix the first command with DDP_DEVICE=cpu.
+Without `--join` it runs on the CPU only: under gloo the rank with a batch left and the
+rank without one wait in collectives that never pair (gloo compares nothing; it waits
+for a partner), and the timeout ends it; nccl pairs collectives by their order alone and
+would match them wrongly. On a GPU machine, prefix the first command with DDP_DEVICE=cpu.
 """
 
 import hashlib
