@@ -95,7 +95,10 @@ def built(tmp_path_factory):
     (build / "executed" / "00_intro").mkdir(parents=True)
     nbformat.write(nb, build / "executed" / "00_intro" / "00_intro.ipynb")
     sphinx_exit_code = site.build_site(build)
-    write_decks(lesson_notebooks(["00_intro", "01_theory"]), build)  # the decks opened here
+    write_decks(lesson_notebooks(["01_theory"]), build)  # the decks opened here: 01's, and
+    # 00's, whose executed copy is the representative notebook, so without 00's notes
+    deck = to_slides(nbformat.read(build / "executed" / "00_intro" / "00_intro.ipynb", 4))
+    (build / "html" / "00_intro" / "00_intro.slides.html").write_text(deck, encoding="utf-8")
     return build, sphinx_exit_code
 
 
