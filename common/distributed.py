@@ -95,14 +95,6 @@ def check_gpus_go_round(local_rank: int) -> None:
         )
 
 
-def gpus_fall_short(processes_per_machine: int) -> int | None:
-    """The number of CUDA GPUs PyTorch sees on this machine when there are some, but
-    fewer than `processes_per_machine` (each process needs one of its own); else None.
-    For `common.launch`, which then runs that launch on the CPU."""
-    gpus = cuda_gpus()
-    return gpus if 0 < gpus < processes_per_machine else None
-
-
 def require_torchrun(launch_hint: str) -> None:
     """Stop with one line telling how to start the script when torchrun did not start
     it (it sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from common.cli import positive_seconds
+from common.listening import tcp_sockets
 from common.output import plain_text
 
 # A job's own lines and its errors; not the stack traces, nor torchrun's failure report.
@@ -165,10 +166,7 @@ def tcp_ports(pids: dict[str, int]) -> list[tuple[str, str, int, str]]:
     process: what a firewall between nodes would have to let through."""
     sockets = []
     for name, pid in pids.items():
-        process = psutil.Process(pid)
-        # psutil 6 renamed connections() to net_connections()
-        listing = getattr(process, "net_connections", None) or process.connections
-        for connection in listing(kind="tcp"):
+        for connection in tcp_sockets(psutil.Process(pid)):
             remote = f"{connection.raddr.ip}:{connection.raddr.port}" if connection.raddr else ""
             sockets.append((name, connection.status, connection.laddr.port, remote))
     return sorted(sockets)

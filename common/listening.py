@@ -2,7 +2,7 @@
 torchrun's agent and of its workers, with its address, who can reach it, and what it is.
 
 Introduced in 04_multinode ("What a job exposes on the network"); `course.setup_check`
-uses `outside_addresses`.
+uses `outside_addresses`, and `common.hangs` `tcp_sockets`.
 """
 
 import ipaddress
@@ -31,10 +31,15 @@ class Listener:
         return f"the network of {self.address}"
 
 
-def _listening(process: psutil.Process) -> list[tuple[str, int]]:
+def tcp_sockets(process: psutil.Process) -> list:
+    """Every TCP socket of `process`, as psutil reports them (status, laddr, raddr)."""
     # psutil 6 renamed connections() to net_connections()
     listing = getattr(process, "net_connections", None) or process.connections
-    found = {(c.laddr.ip, c.laddr.port) for c in listing(kind="tcp") if c.status == "LISTEN"}
+    return listing(kind="tcp")
+
+
+def _listening(process: psutil.Process) -> list[tuple[str, int]]:
+    found = {(c.laddr.ip, c.laddr.port) for c in tcp_sockets(process) if c.status == "LISTEN"}
     return sorted(found, key=lambda address: address[1])
 
 

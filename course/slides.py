@@ -47,13 +47,12 @@ import nbformat
 from nbconvert import SlidesExporter
 
 from course.lessons import REPO, lesson_notebooks
-from course.speaker_notes import MARKER, notes_file, read_notes, with_notes
+from course.speaker_notes import HEADING, MARKER, notes_file, read_notes, with_notes
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 ICONS = Path(__file__).resolve().parent / "site_config" / "static" / "animation-icons.css"
 # matplotlib's animations link Font Awesome from a CDN for their buttons' icons.
 FONT_AWESOME = re.compile(r'<link[^>]*href="https?://[^"]*font-awesome[^"]*"[^>]*>')
-HEADING = re.compile(r"^(#{1,3}) +(.+?)\s*$")
 SOLUTIONS = re.compile(r"solutions?\b", re.IGNORECASE)
 
 
