@@ -32,6 +32,7 @@ class ModelConfig:
     n_head: int = 4
     n_embd: int = 128
     dropout: float = 0.0
+    tie_weights: bool = False  # the output layer shares the token embedding's matrix
 
 
 @dataclass
@@ -46,6 +47,7 @@ class OptimizerConfig:
     lr: float = 3e-3
     min_lr: float = 3e-4  # the cosine schedule ends here
     warmup_steps: int = 50
+    decay_steps: int = 0  # the cosine decay ends here, then min_lr; 0: at the last epoch's end
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.99
@@ -60,6 +62,7 @@ class TrainerConfig:
     max_steps: int = 0  # stop after this many optimizer steps; 0: run every epoch
     save_every: int = 1  # snapshot every this many epochs
     save_every_steps: int = 0  # and every this many steps; 0: at the ends of epochs only
+    keep_snapshots: int = 0  # also keep the newest N snapshots, tagged with their step
     snapshot_path: str = "snapshot.pt"
     metrics_path: str = "metrics.jsonl"
     eval_every: int = 100  # steps between validation passes (and one after every epoch)
@@ -92,7 +95,8 @@ POSITIVE = {
 NOT_NEGATIVE = {
     "optimizer.min_lr", "optimizer.warmup_steps", "optimizer.weight_decay",
     "optimizer.grad_clip", "trainer.max_steps", "trainer.sample_chars",
-    "trainer.save_every_steps", "trainer.peak_tflops",
+    "trainer.save_every_steps", "trainer.peak_tflops", "optimizer.decay_steps",
+    "trainer.keep_snapshots",
 }  # fmt: skip
 BELOW_ONE = {"model.dropout", "data.val_fraction", "optimizer.beta1", "optimizer.beta2"}
 CHOICES = {"trainer.amp": ("auto", "bf16", "fp16", "off")}

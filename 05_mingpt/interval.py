@@ -3,10 +3,12 @@
 Used by `trainer.py` (see main.py's docstring for the commands that launch the lesson).
 """
 
+import math
 import time
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 
 
 class Interval:
@@ -14,6 +16,7 @@ class Interval:
     waiting for the GPU each step), and their training time."""
 
     def __init__(self, device: torch.device):
+        self.device = device
         self.loss_sum = torch.zeros((), device=device)
         self.norm_sum = torch.zeros((), device=device)
         self.finite_norms = torch.zeros((), device=device)
@@ -29,9 +32,24 @@ class Interval:
     @contextmanager
     def paused(self):
         """Time spent inside does not count as training time."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the steps before it count, and run now
         start = time.perf_counter()
         yield
         self.excluded += time.perf_counter() - start
 
     def seconds(self) -> float:
+        # A GPU runs behind the Python that queues its work: the clock stops when the
+        # interval's last step has run, not when it was queued.
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         return time.perf_counter() - self.start - self.excluded
+
+    def summary(self, world_size: int) -> tuple[float, float, int]:
+        """(the mean loss over the interval's steps and every rank, the mean finite
+        gradient norm, how many steps fp16 skipped). A collective: every rank calls it."""
+        dist.all_reduce(self.loss_sum)  # the gradient norms are the same on every rank
+        mean_loss = self.loss_sum.item() / (self.steps * world_size)  # waits for a GPU
+        finite = int(self.finite_norms.item())
+        grad_norm = self.norm_sum.item() / finite if finite else math.inf
+        return mean_loss, grad_norm, self.steps - finite

@@ -16,8 +16,14 @@ Settings come from train_cfg.yaml beside this file (or --config FILE), then from
 script runs under Slurm: see slurm/sbatch_run.sh.
 
 A snapshot in the current folder is resumed, if it was trained with the same
-settings (model, data shape, optimizer, global batch, schedule, seed); others are
-refused in one line, unless --resume_with_new_config. A finished run says so.
+settings (model, data shape, optimizer, global batch, schedule, seed) and precision;
+others are refused in one line, unless --resume_with_new_config. A finished run says
+so.
+
+SIGTERM or SIGUSR1 (a Slurm time limit, a preemption: lesson 03, part 3), to any
+worker or to torchrun, stops every rank at the same step: the snapshot of that step
+is saved, and the workers exit with 75 ("stopped, resume me"); the next launch in the
+same folder resumes it exactly.
 
 `--crash_epoch E --crash_step S [--crash_rank R]` (as in lesson 03, counted from 0)
 kills rank R hard at step S of epoch E, in the first attempt only: torchrun restarts
@@ -50,7 +56,7 @@ from common.distributed import (
     log0,
     torchrun_env,
 )
-from common.preemption import stop_the_agent
+from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
 from common.snapshot import SnapshotError
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 main.py"
@@ -89,7 +95,7 @@ def fail(parser: LessonArgumentParser, message: str, every_rank: bool = False):
     raise SystemExit(2)
 
 
-def build_model(config, vocab_size: int, global_rank: int):
+def build_model(config, vocab_size: int, global_rank: int, device: torch.device):
     """The GPT of the config and its AdamW optimizer."""
     # The same seed on every rank builds the same initial weights (DDP would broadcast
     # rank 0's anyway); then each rank gets a random stream of its own for dropout.
@@ -101,17 +107,33 @@ def build_model(config, vocab_size: int, global_rank: int):
         n_head=config.model.n_head,
         n_embd=config.model.n_embd,
         dropout=config.model.dropout,
+        tie_weights=config.model.tie_weights,
     )
     model = GPT(shape)
     torch.manual_seed(config.trainer.seed + global_rank)
     opt = config.optimizer
+    # On a GPU, one fused kernel updates every parameter (fewer launches than a loop
+    # over tensors). On a CPU PyTorch's default, a loop over tensors, is kept.
     optimizer = torch.optim.AdamW(
-        model.optimizer_groups(opt.weight_decay), lr=opt.lr, betas=(opt.beta1, opt.beta2)
-    )
+        model.optimizer_groups(opt.weight_decay), lr=opt.lr, betas=(opt.beta1, opt.beta2),
+        fused=device.type == "cuda" or None,
+    )  # fmt: skip
     return model, optimizer
 
 
-def main():
+def sample(model, vocabulary, settings, device: torch.device) -> str:
+    """`sample_chars` characters after the prompt; reproducible, from a generator of
+    its own (the training's random streams are left as they were)."""
+    generator = torch.Generator(device=device).manual_seed(settings.seed)
+    prompt = vocabulary.encode(settings.sample_prompt)[None].to(device)
+    out = model.generate(
+        prompt, settings.sample_chars, settings.temperature, settings.top_k, generator
+    )
+    return vocabulary.decode(out[0])
+
+
+def main() -> int:
+    stop = StopRequest()  # first: a stop asked for while the job starts is noted, not fatal
     parser, args = parse_arguments()
     try:
         config = load_config(args.config, args.overrides)
@@ -149,12 +171,13 @@ def main():
         f"{config.data.block_size}; world of {world_size} on {device.type} ({dist.get_backend()})"
     )
 
-    model, optimizer = build_model(config, vocabulary.vocab_size, global_rank)
-    log0(f"model: {sum(p.numel() for p in model.parameters()):,} parameters")
+    model, optimizer = build_model(config, vocabulary.vocab_size, global_rank, device)
+    tied = " (output layer tied to the token embedding)" if model.shape.tie_weights else ""
+    log0(f"model: {sum(p.numel() for p in model.parameters()):,} parameters{tied}")
     try:
         trainer = Trainer(
             config, model, optimizer, vocabulary, train_set, val_set, device,
-            local_rank, global_rank, world_size, crash_at, args.resume_with_new_config,
+            local_rank, global_rank, world_size, crash_at, args.resume_with_new_config, stop,
         )  # fmt: skip
     except ResumeMismatch as error:
         fail(parser, str(error), every_rank=True)
@@ -162,12 +185,13 @@ def main():
         fail(parser, str(error))
     if trainer.finished:
         log0(
-            f"{trainer.snapshot_path} holds a finished run ({trainer.step} of "
+            f"{trainer.files.latest} holds a finished run ({trainer.step} of "
             f"{trainer.total_steps} steps): delete it (or set trainer.snapshot_path) to "
-            "train again, or raise trainer.max_epochs and add --resume_with_new_config"
+            "train again, or raise trainer.max_epochs (or trainer.max_steps) and add "
+            "--resume_with_new_config"
         )
         dist.destroy_process_group()
-        return
+        return 0
     if crash_at and not (
         0 <= crash_at[0] < world_size
         and 0 <= crash_at[1] < config.trainer.max_epochs
@@ -182,18 +206,20 @@ def main():
             f"{config.trainer.max_epochs - 1}, steps 0 to {trainer.steps_per_epoch - 1}, "
             f"{trainer.total_steps} steps in all",
         )
-    trainer.train()
+    if not trainer.train():
+        dist.destroy_process_group()
+        return RESUMABLE_EXIT_CODE  # 75: stopped at a saved step, resume me
 
     if global_rank == 0 and config.trainer.sample_chars:
-        text = trainer.sample()
+        text = sample(trainer.raw_model, vocabulary, config.trainer, device)
         log0("sample:")
         for line in text.splitlines():
             log0(f"| {line}")
     dist.destroy_process_group()
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         log0(f"finished after {os.environ['TORCHELASTIC_RESTART_COUNT']} restart(s)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
-    end_process()  # not Python's teardown: see common.distributed.end_process
+    end_process(main())  # not Python's teardown: see common.distributed.end_process

@@ -32,6 +32,7 @@ class GPTShape:
     n_head: int
     n_embd: int
     dropout: float = 0.0
+    tie_weights: bool = False  # the output layer uses the token embedding's matrix
 
 
 class CausalSelfAttention(nn.Module):
@@ -91,6 +92,10 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(shape) for _ in range(shape.n_layer))
         self.ln_f = nn.LayerNorm(shape.n_embd)
         self.lm_head = nn.Linear(shape.n_embd, shape.vocab_size, bias=False)
+        if shape.tie_weights:
+            # One matrix reads characters in and scores them out (GPT-2 does this): fewer
+            # parameters by vocab_size x n_embd, the same products, so the same FLOPs.
+            self.lm_head.weight = self.token_embedding.weight
         self.apply(self._init_weights)
         # Every block adds its output projections to the residual stream; scaling them
         # down keeps the stream's variance from growing with depth (as in GPT-2).
@@ -125,11 +130,10 @@ class GPT(nn.Module):
     def optimizer_groups(self, weight_decay: float) -> list[dict]:
         """Decay the matrices of linear layers; not biases, LayerNorm gains or the
         embedding tables (decay would pull rarely seen characters' rows to zero)."""
+        matrices = {id(m.weight) for m in self.modules() if isinstance(m, nn.Linear)}
         decay, no_decay = [], []
-        for module in self.modules():
-            for name, parameter in module.named_parameters(recurse=False):
-                is_matrix = isinstance(module, nn.Linear) and name == "weight"
-                (decay if is_matrix else no_decay).append(parameter)
+        for parameter in self.parameters():  # a tied matrix once: it is a linear layer's
+            (decay if id(parameter) in matrices else no_decay).append(parameter)
         return [
             {"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0},

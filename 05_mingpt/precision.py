@@ -21,6 +21,11 @@ Used by `trainer.py` (see main.py's docstring for the commands that launch the l
   converts every bf16 number to float32 and back, and is slower in bf16, not faster.
   bf16 must win by 10% to be chosen, since float32 is the more accurate of the two.
 
+`auto` is decided once, when a run starts: the snapshot stores the precision it
+chose, and a resume with `auto` takes it from there (a timing could choose the other
+one, and the resumed run would no longer equal the uninterrupted one). An explicit
+setting other than the snapshot's is refused unless `--resume_with_new_config`.
+
 On a GPU, float32 matrix products also use TF32 (10 bits of mantissa on the tensor
 cores, several times faster; Ampere on): what PyTorch's documentation recommends for
 training, where the difference is far below the noise of SGD.
@@ -29,9 +34,12 @@ training, where the difference is far below the noise of SGD.
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from common.snapshot import SnapshotError
 
 BF16_MUST_WIN_BY = 0.9  # bf16 chosen on a CPU if its step takes < 90% of float32's
 
@@ -63,22 +71,30 @@ def float16_range() -> str:
 
 
 def allow_tf32(device: torch.device) -> None:
-    """TF32 for float32 matrix products on a GPU (convolutions use it by default already;
-    matrix products do not: `torch.backends.cuda.matmul.fp32_precision` is "none")."""
+    """TF32 for float32 matrix products on a GPU (convolutions use it by default already,
+    matrix products do not). Through `set_float32_matmul_precision`, the API that
+    `get_float32_matmul_precision` reads: torch.compile's autotuning calls that getter,
+    and it raises once the per-backend `fp32_precision` flags were set instead (this
+    PyTorch refuses to read a mix of the two APIs; tests/test_05_model.py shows it)."""
     if device.type == "cuda":
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        torch.set_float32_matmul_precision("high")
+
+
+FIXED = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
+
+
+def fixed_precision(name: str, why: str) -> Precision:
+    dtype = FIXED[name]
+    fp16 = dtype == torch.float16
+    return Precision(dtype, fp16, f"{why}; {float16_range()}" if fp16 else why)
 
 
 def choose_precision(setting: str, device: torch.device, model, inputs, targets) -> Precision:
     """The precision for `setting` (auto | bf16 | fp16 | off), the same on every rank.
     `auto` on a CPU times training steps of `model` on one batch (every rank must
     call it: the timings are summed over ranks so that all decide alike)."""
-    fixed = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
-    if setting in fixed:
-        dtype = fixed[setting]
-        fp16 = dtype == torch.float16
-        why = f"trainer.amp={setting}; {float16_range()}" if fp16 else f"trainer.amp={setting}"
-        return Precision(dtype, fp16, why)
+    if setting in FIXED:
+        return fixed_precision(setting, f"trainer.amp={setting}")
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported(including_emulation=False):
             return Precision(torch.bfloat16, False, "auto: this GPU computes in bf16")
@@ -108,3 +124,55 @@ def _step_seconds(model, inputs, targets, dtype, steps: int = 3) -> float:
             fastest = min(fastest, time.perf_counter() - start)
     model.zero_grad(set_to_none=True)
     return fastest
+
+
+def precision_and_scaler(setting: str, device: torch.device, model, loader, state: dict | None,
+                         accept_changes: bool, path: Path):  # fmt: skip
+    """(Precision, GradScaler, a notice or None) for a fresh run (`state` None: chosen
+    now) or a resume of the snapshot `state` at `path`."""
+    allow_tf32(device)
+    notice = None
+    if state is not None:  # decided when the run started (the docstring says why)
+        precision, notice = resumed_precision(state, setting, accept_changes, path)
+    else:
+        inputs, targets = (t.to(device) for t in next(iter(loader)))
+        with torch.random.fork_rng(devices=[]):  # timing must not move dropout's stream
+            precision = choose_precision(setting, device, model, inputs, targets)
+    # fp16 needs loss scaling (small gradients go subnormal or to 0: see above); bf16
+    # has float32's range and does not. A disabled scaler changes nothing.
+    scaler = torch.amp.GradScaler(device.type, enabled=precision.loss_scaling)
+    if state is not None and notice is None and state["scaler"]:
+        scaler.load_state_dict(state["scaler"])  # the scale and its growth counter
+    return precision, scaler, notice
+
+
+def resumed_precision(state: dict, setting: str, accept_changes: bool,
+                      path: Path) -> tuple[Precision, str | None]:  # fmt: skip
+    """The precision a resume trains in: the snapshot's, unless another one is asked for
+    with --resume_with_new_config (then with a notice when the loss scaling changes)."""
+    saved = state["precision"]
+    if setting in ("auto", saved):
+        why = f"{saved}, the snapshot's (trainer.amp={setting})"
+        return fixed_precision(saved, why), None
+    if not accept_changes:
+        raise SnapshotError(
+            f"snapshot {path} trained in {'float32' if saved == 'off' else saved}; "
+            f"trainer.amp={setting} would finish it in "
+            f"another precision: resume with trainer.amp={saved} (or auto), or pass "
+            "--resume_with_new_config"
+        )
+    precision = fixed_precision(setting, f"trainer.amp={setting} (the snapshot's: {saved})")
+    return precision, scaler_notice(state["scaler"], precision.loss_scaling, setting)
+
+
+def scaler_notice(saved_state: dict, scaler_enabled: bool, precision: str) -> str | None:
+    """A notice when the snapshot's GradScaler state does not fit this run's precision
+    (an empty state comes from a disabled scaler: bf16 or float32)."""
+    if saved_state and not scaler_enabled:
+        return (
+            f"the snapshot trained in fp16 with loss scaling (scale {saved_state['scale']:g}); "
+            f"{precision} needs none: its scaler state is dropped"
+        )
+    if not saved_state and scaler_enabled:
+        return "the snapshot trained without loss scaling: fp16 starts a new GradScaler"
+    return None

@@ -2,17 +2,60 @@
 
 Used by `trainer.py` (see main.py's docstring for the commands that launch the lesson).
 
-A snapshot resumed with other settings, by ranks that read different snapshots, or
-into another precision, does not crash: it trains on, wrongly. Each case here stops
-or warns in one line instead.
+A snapshot resumed with other settings, of another text or model, by ranks that read
+different snapshots, or with another schedule, does not crash: it trains on, wrongly.
+Each case here stops or warns in one line instead (the precision's: precision.py).
 """
 
 import json
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
-from common.snapshot import SnapshotError
+from common.snapshot import SnapshotError, load
+
+SNAPSHOT_KEYS = (
+    "model", "optimizer", "scaler", "precision", "step", "decay_steps", "best_val_loss",
+    "rng", "chars", "settings", "seconds",
+)  # fmt: skip
+
+
+def read_snapshot(path: Path, device: torch.device, model, optimizer, chars: str,
+                  settings: dict, accept_changes: bool) -> tuple[dict, list]:  # fmt: skip
+    """Load the snapshot at `path` into `model` and `optimizer`: (its state, notices to
+    print), or SnapshotError in one line when it cannot be resumed here."""
+    state = load(path, SNAPSHOT_KEYS, map_location=device)  # tensors onto this device
+    if state["chars"] != chars:
+        raise SnapshotError(
+            f"snapshot {path} was trained on another text (its characters differ); delete "
+            "it to start from scratch, or train on its text"
+        )
+    notices = [check_settings(state["settings"], settings, path, accept_changes)]
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError) as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = lines[min(1, len(lines) - 1)][:150]  # line 0 only says "Error(s) in..."
+        raise SnapshotError(
+            f"snapshot {path} does not fit this model ({reason}); delete it to start from "
+            "scratch, or use the config it was trained with"
+        ) from None
+    return state, notices
+
+
+def resumed_schedule(state: dict, decay_steps: int, config) -> tuple[int, str | None]:
+    """The schedule's length for a resume. A run trained on with more epochs
+    (--resume_with_new_config) keeps the snapshot's: its learning rate has decayed to
+    min_lr and stays there, instead of jumping back up a new, longer cosine."""
+    saved = state["decay_steps"]
+    if saved == decay_steps or config.optimizer.decay_steps:  # the same, or set anew
+        return decay_steps, None
+    return saved, (
+        f"the learning rate keeps the snapshot's schedule (cosine decay to min_lr at step "
+        f"{saved}, then min_lr); set optimizer.decay_steps to decay over another length"
+    )
 
 
 class ResumeMismatch(SnapshotError):
@@ -41,19 +84,6 @@ def check_settings(saved: dict, current: dict, path: Path, accept_changes: bool)
         f"snapshot {path} was trained with other settings ({listed}); resume with its "
         "settings, delete it to start from scratch, or pass --resume_with_new_config"
     )
-
-
-def scaler_notice(saved_state: dict, scaler_enabled: bool, precision: str) -> str | None:
-    """A notice when the snapshot's GradScaler state does not fit this run's precision
-    (an empty state comes from a disabled scaler: bf16 or float32)."""
-    if saved_state and not scaler_enabled:
-        return (
-            f"the snapshot trained in fp16 with loss scaling (scale {saved_state['scale']:g}); "
-            f"{precision} needs none: its scaler state is dropped"
-        )
-    if not saved_state and scaler_enabled:
-        return "the snapshot trained without loss scaling: fp16 starts a new GradScaler"
-    return None
 
 
 def check_ranks_agree(step: int | None, error: str | None, rank: int, path: Path) -> None:
@@ -85,10 +115,15 @@ def check_ranks_agree(step: int | None, error: str | None, rank: int, path: Path
         )
 
 
-def keep_metrics_up_to(path: Path, step: int) -> None:
+def keep_metrics_up_to(path: Path, step: int | None) -> None:
     """Drop the metrics rows written after the snapshot at `step`: the resumed run
-    writes them again, and a plot would show those steps twice."""
+    writes them again, and a plot would show those steps twice. `None`, a fresh run:
+    drop them all (an old run's rows would mix with the new one's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists():
+        return
+    if step is None:
+        path.write_text("")
         return
     kept = []
     for line in path.read_text().splitlines():

@@ -43,15 +43,32 @@ PYTHON = sys.executable
 
 def lesson_module(lesson: str, name: str):
     """Import `lesson/name.py` under a name of its own (`05_mingpt/model.py` becomes
-    `lesson_05_mingpt_model`), without putting the lesson folder on sys.path: generic
-    names such as `model` or `config` can then never resolve to another folder's file."""
+    `lesson_05_mingpt_model`), without leaving the lesson folder on sys.path: generic
+    names such as `model` or `config` can then never resolve to another folder's file.
+    A module that imports a sibling by its plain name (`from config import ...`, as the
+    lesson's scripts do) gets the sibling under its own name too, and one copy of it."""
     unique = f"lesson_{lesson}_{name}"
-    if unique not in sys.modules:
-        spec = importlib.util.spec_from_file_location(unique, REPO / lesson / f"{name}.py")
+    if unique in sys.modules:
+        return sys.modules[unique]
+    folder = REPO / lesson
+    siblings = [path.stem for path in folder.glob("*.py")]
+    borrowed = {s: sys.modules[f"lesson_{lesson}_{s}"] for s in siblings
+                if f"lesson_{lesson}_{s}" in sys.modules and s not in sys.modules}  # fmt: skip
+    sys.modules.update(borrowed)  # plain names, only while this module runs its imports
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location(unique, folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[unique] = module
         spec.loader.exec_module(module)
-    return sys.modules[unique]
+    finally:
+        sys.path.remove(str(folder))
+        for sibling in siblings:
+            loaded = sys.modules.get(sibling)
+            if loaded is not None and Path(getattr(loaded, "__file__", "")).parent == folder:
+                sys.modules.setdefault(f"lesson_{lesson}_{sibling}", loaded)
+                del sys.modules[sibling]
+    return module
 
 
 def tracked_texts() -> dict[str, str]:

@@ -1,7 +1,8 @@
 """Lesson 05's trainer in gloo worlds of its own: the global batch does not depend on
-how it is split among processes and micro-batches (same weights, one round of
-all-reduces per step), and fp16 with a GradScaler clips the true gradients and keeps
-its scaler state across a snapshot."""
+how it is split among processes and micro-batches (same weights, the same logged
+losses, one round of all-reduces per step); and fp16
+with a GradScaler clips the true gradients and keeps its scaler state across a
+snapshot, while a resume keeps the precision its run chose unless told."""
 
 import copy
 import json
@@ -12,10 +13,11 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import REPO
+from conftest import REPO, lesson_module
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from common.ports import free_port
+from common.snapshot import SnapshotError
 
 LESSON = REPO / "05_mingpt"
 TINY = [
@@ -26,8 +28,10 @@ STEPS = 4
 TOLERANCE = 1e-5  # float32 sums in another order: the weights agree to about 1e-7
 
 
-def build(rank: int, world_size: int, port: int, folder, overrides: list[str]):
-    """A Trainer as main.py builds it, in a world of `world_size` on this machine."""
+def build(rank: int, world_size: int, port: int, folder, overrides: list[str],
+          accept_changes: bool = False):  # fmt: skip
+    """A Trainer as main.py builds it, in a world of `world_size` on this machine (a
+    process of its own, whose imports may put the lesson folder on its sys.path)."""
     sys.path.insert(0, str(LESSON))
     from char_dataset import build_datasets
     from config import load_config
@@ -44,10 +48,10 @@ def build(rank: int, world_size: int, port: int, folder, overrides: list[str]):
     vocabulary, train_set, val_set, _ = build_datasets(
         str(folder.parent / "text.txt"), 32, 0.1, config.trainer.seed
     )
-    model, optimizer = build_model(config, vocabulary.vocab_size, rank)
     device = torch.device("cpu")
+    model, optimizer = build_model(config, vocabulary.vocab_size, rank, device)
     return Trainer(config, model, optimizer, vocabulary, train_set, val_set, device, rank,
-                   rank, world_size)  # fmt: skip
+                   rank, world_size, resume_with_new_config=accept_changes)  # fmt: skip
 
 
 def split_run(rank: int, world_size: int, port: int, folder, micro_batches: int) -> None:
@@ -69,16 +73,20 @@ def split_run(rank: int, world_size: int, port: int, folder, micro_batches: int)
     if rank == 0:
         torch.save(
             {"initial": initial, "model": trainer.raw_model.state_dict(),
-             "all_reduces": all_reduces, "grad_norms": grad_norms(folder)},
+             "all_reduces": all_reduces, "grad_norms": logged(folder, "grad_norm"),
+             "losses": logged(folder, "loss")},
             folder / "result.pt",
         )  # fmt: skip
     dist.destroy_process_group()
 
 
-def grad_norms(folder) -> list[float]:
-    """The gradient norm of every step, from the metrics file (trainer.log_every=1)."""
-    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    return [record["grad_norm"] for record in records if record["kind"] == "train"]
+def records(folder) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def logged(folder, key: str) -> list[float]:
+    """`key` of every step, from the metrics file (trainer.log_every=1)."""
+    return [record[key] for record in records(folder) if record["kind"] == "train"]
 
 
 def spawn(function, world_size: int, *args) -> None:
@@ -94,11 +102,9 @@ def spawn(function, world_size: int, *args) -> None:
 
 @pytest.fixture(scope="module")
 def text_folder(tmp_path_factory):
-    sys.path.insert(0, str(LESSON))
-    from char_dataset import load_text
-
     folder = tmp_path_factory.mktemp("05_global_batch")
-    (folder / "text.txt").write_text(load_text(None)[0][:24_000], encoding="utf-8")
+    text = lesson_module("05_mingpt", "char_dataset").load_text(None)[0][:24_000]
+    (folder / "text.txt").write_text(text, encoding="utf-8")
     return folder
 
 
@@ -113,9 +119,11 @@ def test_one_global_batch_split_three_ways_trains_the_same_weights(text_folder):
     reference = results[1, 4]["model"]
     # The gradient of every step is the mean over the global batch: the same norm.
     # (Adam and the clip would hide a gradient twice too large in the weights.)
+    # And the loss each step logs is the mean over the global batch, whatever the split.
     for split, result in results.items():
         assert result["grad_norms"] == pytest.approx(results[1, 4]["grad_norms"], rel=1e-5)
-        assert len(result["grad_norms"]) == STEPS, split
+        assert result["losses"] == pytest.approx(results[1, 4]["losses"], rel=1e-5), split
+        assert len(result["grad_norms"]) == len(result["losses"]) == STEPS, split
     for split, result in results.items():
         for name, tensor in result["model"].items():
             assert torch.allclose(tensor, reference[name], rtol=0, atol=TOLERANCE), (split, name)
@@ -147,22 +155,32 @@ def fp16_run(rank: int, world_size: int, port: int, folder) -> None:
         _, seen = trainer._run_step([batch])
     scale = trainer.scaler.get_scale()
     trainer.train()
-    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     torch.save(
         {"true_norm": true_norm.item(), "seen": seen.item(), "scale": scale,
-         "scaler": trainer.scaler.state_dict(), "records": records},
+         "scaler": trainer.scaler.state_dict(), "records": records(folder)},
         folder / "fp16.pt",
     )  # fmt: skip
-    resumed = build(rank, world_size, port, folder, ["trainer.amp=fp16", "trainer.max_steps=30",
-                                                     "trainer.global_batch_size=16",
-                                                     "trainer.batch_size=16"])  # fmt: skip
+    same = ["trainer.max_steps=30", "trainer.global_batch_size=16", "trainer.batch_size=16"]
+    resumed = build(rank, world_size, port, folder, ["trainer.amp=auto", *same])
+    assert resumed.precision.name == "fp16"  # auto: the snapshot's choice, no new timing
     torch.save(resumed.scaler.state_dict(), folder / "resumed_scaler.pt")
-    # The same snapshot resumed in float32: no scaler to load the state into, a notice
-    # instead of a traceback.
-    off = build(rank, world_size, port, folder, ["trainer.amp=off", "trainer.max_steps=30",
-                                                 "trainer.global_batch_size=16",
-                                                 "trainer.batch_size=16"])  # fmt: skip
+    # The same snapshot resumed in float32: refused, unless told; then no scaler to load
+    # the state into, a notice instead of a traceback.
+    with pytest.raises(SnapshotError, match="trained in fp16; trainer.amp=off would finish"):
+        build(rank, world_size, port, folder, ["trainer.amp=off", *same])
+    off = build(rank, world_size, port, folder, ["trainer.amp=off", *same], accept_changes=True)
     assert off.finished and not off.scaler.is_enabled()
+    dist.destroy_process_group()
+
+
+def off_to_fp16_run(rank: int, world_size: int, port: int, folder) -> None:
+    """The other direction: a float32 snapshot (an empty scaler state) resumed in fp16."""
+    same = ["trainer.max_steps=2", "trainer.global_batch_size=16", "trainer.batch_size=16"]
+    build(rank, world_size, port, folder, ["trainer.amp=off", *same]).train()
+    fp16 = build(rank, world_size, port, folder, ["trainer.amp=fp16", *same], accept_changes=True)
+    assert fp16.scaler.is_enabled() and fp16.scaler.get_scale() == 2.0**16  # a new one
+    assert fp16.step == 2 and fp16.finished
+    torch.save({"scale": fp16.scaler.get_scale()}, folder / "done.pt")
     dist.destroy_process_group()
 
 
@@ -183,9 +201,15 @@ def test_fp16_clips_unscaled_gradients_and_its_scaler_survives_a_snapshot(text_f
     assert resumed == result["scaler"] and result["scaler"]["scale"] > 0
 
 
+def test_a_float32_snapshot_resumes_in_fp16_with_a_new_scaler(text_folder):
+    folder = text_folder / "off_to_fp16"
+    folder.mkdir()
+    spawn(off_to_fp16_run, 1, folder)
+    assert torch.load(folder / "done.pt") == {"scale": 2.0**16}
+
+
 def test_a_scaler_state_that_does_not_fit_the_precision_gets_a_notice():
-    sys.path.insert(0, str(LESSON))
-    from resume import scaler_notice
+    scaler_notice = lesson_module("05_mingpt", "precision").scaler_notice
 
     fp16_state = {"scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5,
                   "growth_interval": 2000, "_growth_tracker": 3}  # fmt: skip

@@ -90,7 +90,7 @@ WRONG_VALUES = [
     (
         "05_mingpt/main.py",
         ["optimizer.warmup_steps=100000"],
-        "optimizer.warmup_steps=100000 is not shorter than the run (",
+        "optimizer.warmup_steps=100000 is not shorter than the schedule (",
     ),
     (
         "04_multinode/hangs/classic_hangs.py",

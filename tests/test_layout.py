@@ -16,7 +16,6 @@ OVER_THE_LIMIT = {
         "script: part 3's stop becomes a step of its own (issue 33)"
     ),
     "04_multinode/multinode.py": "grows from 03's script; split with it (issue 33)",
-    "05_mingpt/trainer.py": "Trainer.__init__ splits into named steps (issue 33)",
 }
 PACKAGES = ("common", "course")
 

@@ -17,6 +17,11 @@
 # whatever the number of processes: on 2 nodes x 4 GPUs each takes 8 sequences a step.
 # GPUs have room for far more: raise it, and the learning rate with it.
 #
+# At the time limit (--time), Slurm sends SIGTERM to every process of the job step:
+# the workers agree on a step, save its snapshot and exit with 75 (main.py's docstring);
+# submit the job again from the same folder to resume there. Slurm's KillWait (30 s by
+# default) must cover one step and a save.
+#
 # Arguments after the script name go to main.py. Snapshots and metrics are written to
 # the folder you submit from: it must be on a filesystem that every node sees, since
 # global rank 0 alone writes the snapshot and every rank reads it on a restart (lesson
