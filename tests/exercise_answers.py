@@ -1,6 +1,9 @@
 """Answers to the coding exercises that their checks must judge right: plausible
-mistakes, each of which must fail its check with a message that says what is wrong
-(tests/test_exercises.py runs them)."""
+mistakes, each of which must fail its check with a message that says what is wrong,
+and correct answers unlike the solution, each of which must pass (tests/test_exercises.py
+runs them)."""
+
+from atomic_save_answers import ATOMIC_SAVE_RIGHT, ATOMIC_SAVE_WRONG
 
 # Plausible mistakes, each made by editing the solution: (lesson, exercise, what the
 # mistake is, text of the solution, replaced by, what the failed check must say); with
@@ -62,30 +65,7 @@ WRONG = [
         "",
         r"rank \d: the weights differ from one process trained on the whole batches",
     ),
-    (
-        "03_fault_tolerance",
-        "atomic_save",
-        "writes in place, as the official series does",
-        None,
-        "import torch\n\n\ndef save_atomic(state, path):\n    torch.save(state, path)\n",
-        r"after a save interrupted half-way, snapshot.pt cannot be loaded",
-    ),
-    (
-        "03_fault_tolerance",
-        "atomic_save",
-        "deletes the old snapshot, then writes the new one",
-        '    with open(temporary, "wb") as file:',
-        '    path.unlink(missing_ok=True)\n    with open(temporary, "wb") as file:',
-        r"after a save interrupted half-way, snapshot.pt cannot be loaded",
-    ),
-    (
-        "03_fault_tolerance",
-        "atomic_save",
-        "copies the temporary file over the snapshot instead of renaming it",
-        "    os.replace(temporary, path)",
-        "    import shutil\n\n    shutil.copyfile(temporary, path)\n    temporary.unlink()",
-        r"the second snapshot is the same file \(same inode\) as the first",
-    ),
+    *ATOMIC_SAVE_WRONG,
     (
         "03_fault_tolerance",
         "stop_agreement",
@@ -142,4 +122,11 @@ WRONG = [
         "",
         r"differs from scaled_dot_product_attention\(is_causal=True\)",
     ),
+]
+
+
+# Correct answers unlike the solution, each of which must pass its check: (lesson,
+# exercise, what differs, text of the solution, replaced by); None as above.
+RIGHT = [
+    *ATOMIC_SAVE_RIGHT,
 ]

@@ -1,13 +1,14 @@
-"""The coding exercises: every check passes on its solution, says "not attempted" on
-the learner's untouched file, and fails on a plausible wrong answer (so the checks
-can fail); every notebook has a check cell for each of its exercises."""
+"""The coding exercises: every check passes on its solution and on correct answers
+unlike it, says "not attempted" on the learner's untouched file, and fails on a
+plausible wrong answer (so the checks can fail); every notebook has a check cell for
+each of its exercises."""
 
 import json
 
 import psutil
 import pytest
 from conftest import REPO, is_gone
-from exercise_answers import WRONG
+from exercise_answers import RIGHT, WRONG
 
 from course.exercises import evaluate, exercise_path, run_in_world, solution_path
 
@@ -36,21 +37,37 @@ def test_the_untouched_exercise_is_not_attempted(lesson, name, function):
     assert verdict == f"not attempted yet: edit exercises/{name}.py (the TODO in {function})"
 
 
+def answer_file(tmp_path, lesson, name, right, replacement):
+    """The solution of exercise `name` with `right` replaced (the whole file, when `right`
+    is None), written where the check can read it."""
+    answer = tmp_path / f"{name}.py"
+    if right is None:
+        answer.write_text(replacement)
+    else:
+        solution = solution_path(lesson, name).read_text()
+        assert solution.count(right) == 1, f"the solution no longer contains {right!r}"
+        answer.write_text(solution.replace(right, replacement))
+    return answer
+
+
 @pytest.mark.parametrize(
     "lesson, name, mistake, right, wrong, message",
     WRONG,
     ids=[f"{name}: {mistake}" for _, name, mistake, *_ in WRONG],
 )
 def test_a_wrong_answer_fails_its_check(lesson, name, mistake, right, wrong, message, tmp_path):
-    answer = tmp_path / f"{name}.py"
-    if right is None:
-        answer.write_text(wrong)
-    else:
-        solution = solution_path(lesson, name).read_text()
-        assert solution.count(right) == 1, f"the solution no longer contains {right!r}"
-        answer.write_text(solution.replace(right, wrong))
     with pytest.raises(AssertionError, match=message):
-        evaluate(lesson, name, answer)
+        evaluate(lesson, name, answer_file(tmp_path, lesson, name, right, wrong))
+
+
+@pytest.mark.parametrize(
+    "lesson, name, variant, right, replacement",
+    RIGHT,
+    ids=[f"{name}: {variant}" for _, name, variant, *_ in RIGHT],
+)
+def test_a_correct_variant_passes_its_check(lesson, name, variant, right, replacement, tmp_path):
+    answer = answer_file(tmp_path, lesson, name, right, replacement)
+    assert evaluate(lesson, name, answer).startswith("correct: ")
 
 
 def test_every_exercise_has_a_solution_a_test_and_a_check_cell():
