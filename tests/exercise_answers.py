@@ -59,6 +59,15 @@ WRONG = [
     ),
     (
         "02_multigpu",
+        "fp16_hook",
+        "gives DDP the float16 sum instead of the float32 bucket",
+        "        buffer.copy_(done.value()[0])  # back to float32, in DDP's own bucket\n"
+        "        return buffer",
+        "        return done.value()[0]",
+        r"rank \d: your hook's Future gave a torch.float16 tensor; expected the float32 bucket",
+    ),
+    (
+        "02_multigpu",
         "accumulate",
         "adds up the micro-batches' losses instead of averaging them",
         " / len(micro_batches)",

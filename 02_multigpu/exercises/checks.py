@@ -96,16 +96,25 @@ def _train_with_hook(exercise):
     """Runs in each process: train with the learner's hook; count what it sends."""
     rank = dist.get_rank()
     model = DDP(_hook_network())
-    not_attempted = []
+    not_attempted, given = [], set()
+
+    def note_what_it_gives(done: torch.futures.Future):
+        value = done.value()
+        tensor = isinstance(value, torch.Tensor)
+        given.add(f"a {value.dtype} tensor" if tensor else f"a {type(value).__name__}")
+        return value
 
     def hook(state, bucket):
         # DDP calls hooks from C++, which would turn NotImplementedError into a
         # RuntimeError: catch it here, send the bucket the plain way, re-raise below.
         try:
-            return exercise.fp16_average_hook(state, bucket)
+            future = exercise.fp16_average_hook(state, bucket)
         except NotImplementedError as error:
             not_attempted.append(error)
             return default_hooks.allreduce_hook(None, bucket)
+        # DDP copies whatever the Future gives into the gradients, converting a float16
+        # tensor without a word: only this shows that the hook broke its contract.
+        return future.then(note_what_it_gives)
 
     model.register_comm_hook(None, hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
@@ -121,7 +130,8 @@ def _train_with_hook(exercise):
         optimizer.step()
     gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
-    return counter["bytes"], sorted(map(str, counter["dtypes"])), gradient_bytes, weights
+    dtypes = sorted(map(str, counter["dtypes"]))
+    return counter["bytes"], dtypes, sorted(given), gradient_bytes, weights
 
 
 def fp16_hook(path) -> str:
@@ -133,7 +143,7 @@ def fp16_hook(path) -> str:
         F.mse_loss(reference(_whole_batch(step)[0]), _whole_batch(step)[1]).backward()
         optimizer.step()
     expected = torch.cat([p.detach().flatten() for p in reference.parameters()])
-    for rank, (sent, dtypes, gradient_bytes, weights) in enumerate(results):
+    for rank, (sent, dtypes, given, gradient_bytes, weights) in enumerate(results):
         assert dtypes == ["torch.float16"], (
             f"rank {rank}: your hook handed all_reduce tensors of {dtypes or 'no dtype'}; "
             "expected float16 only (convert the bucket with .to(torch.float16), and send it "
@@ -143,6 +153,10 @@ def fp16_hook(path) -> str:
             f"rank {rank}: your hook sent {sent} bytes in {STEPS} steps; expected "
             f"{STEPS * gradient_bytes // 2}, half of the {gradient_bytes} bytes of float32 "
             "gradients per step"
+        )
+        assert given == ["a torch.float32 tensor"], (
+            f"rank {rank}: your hook's Future gave {' and '.join(given)}; expected "
+            "the float32 bucket (copy the sum back into bucket.buffer() and return that)"
         )
         error = (weights - expected).abs().max().item()
         assert error < 1e-3, (
