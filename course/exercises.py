@@ -156,26 +156,28 @@ def run_in_world(
         store = Path(folder, "store")  # the rendezvous is a file: no port to pick
         answers = [Path(folder, f"rank{rank}.pickle") for rank in range(world_size)]
         logs = [Path(folder, f"rank{rank}.log") for rank in range(world_size)]
-        workers = []
+        workers = {}
         try:
-            for rank in range(world_size):
+            # The last rank starts first: pids then usually fall as ranks rise, so an
+            # answer in the order of the pids (sorted, say) is not in rank order by luck.
+            for rank in reversed(range(world_size)):
                 with open(logs[rank], "w") as log:
                     command = [sys.executable, "-m", "course.exercises", str(runner[0])]
                     command += [runner[1], str(path), str(rank), str(world_size), str(store)]
                     command += [str(timeout), str(answers[rank])]
-                    workers.append(
-                        subprocess.Popen(
-                            command,
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL,
-                            # plain text: the traceback goes into the check's message
-                            env={**plain_text(os.environ), "OMP_NUM_THREADS": "1"},
-                        )
+                    workers[rank] = subprocess.Popen(
+                        command,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        # plain text: the traceback goes into the check's message
+                        env={**plain_text(os.environ), "OMP_NUM_THREADS": "1"},
                     )
-            results = _collect(workers, answers, logs, timeout)
+            results = _collect(
+                [workers[rank] for rank in range(world_size)], answers, logs, timeout
+            )
         finally:
-            for worker in workers:
+            for worker in workers.values():
                 if worker.poll() is None:
                     worker.kill()
                 worker.wait()

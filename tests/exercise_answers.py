@@ -18,6 +18,14 @@ WRONG = [
         r"rank \d: expected the pids of ranks 0..1",
     ),
     (
+        "00_intro",
+        "gather_pids",
+        "sorts the pids by value",
+        "return [int(pid) for pid in everyone]",
+        "return sorted(int(pid) for pid in everyone)",
+        r"rank \d: got the pids of ranks 0..1 in another order, \[\d+, \d+\]; expected \[",
+    ),
+    (
         "01_theory",
         "ring",
         "forgets the all-gather",
