@@ -100,6 +100,15 @@ WRONG = [
         r"rank 0: answered \[False(, False){7}\], stopping at step None",
     ),
     (
+        "03_fault_tolerance",
+        "stop_agreement",
+        "a rank that was asked returns before the all-reduce",
+        "    flag = torch.tensor([int(asked)])",
+        "    if asked:\n        return True\n    flag = torch.tensor([int(asked)])",
+        r"rank [02] waited in a collective that rank 1 never joined: rank 1 finished the "
+        r"exercise without it",
+    ),
+    (
         "04_multinode",
         "hostlist",
         "splits at every comma, brackets or not",
