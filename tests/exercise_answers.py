@@ -80,7 +80,39 @@ WRONG = [
         "adds up the micro-batches' losses instead of averaging them",
         " / len(micro_batches)",
         "",
-        r"rank \d: the weights differ from one process trained on the whole batches",
+        r"rank \d: the weights differ from one process trained on the whole batches.*: they "
+        r"are what gradients 4 times too large give; .*divide each micro-batch's loss by 4",
+    ),
+    (
+        "02_multigpu",
+        "accumulate",
+        "all-reduces in the first micro-batch's backward instead of the last's",
+        "last = index == len(micro_batches) - 1",
+        "last = index == 0",
+        r"rank 1's weights differ from rank 0's .*: the gradients of the micro-batches after "
+        r"the all-reduce were never averaged over the ranks",
+    ),
+    (
+        "02_multigpu",
+        "accumulate",
+        "divides the gradients by the world size too (DDP has averaged them already)",
+        "    optimizer.step()",
+        "    for parameter in model.parameters():\n"
+        "        parameter.grad /= torch.distributed.get_world_size()\n"
+        "    optimizer.step()",
+        r"rank \d: the weights differ .*: they are what gradients 2 times too small give; DDP "
+        r"already averages",
+    ),
+    (
+        "02_multigpu",
+        "accumulate",
+        "divides by the number of micro-batches twice (the losses, then the gradients)",
+        "    optimizer.step()",
+        "    for parameter in model.parameters():\n"
+        "        parameter.grad /= len(micro_batches)\n"
+        "    optimizer.step()",
+        r"rank \d: the weights differ .*: they are what gradients 4 times too small give; "
+        r".*divided by the number of micro-batches twice",
     ),
     *ATOMIC_SAVE_WRONG,
     (

@@ -39,7 +39,9 @@ def _train(exercise):
     return counter["allreduces"], torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _one_process_on_whole_batches() -> torch.Tensor:
+def _one_process_on_whole_batches(scale: float = 1.0) -> torch.Tensor:
+    """The weights of one process trained on the whole batches, its loss times `scale`
+    (another scale gives the weights of a known mistake: see `_MISSCALED`)."""
     model = regression_model(seed=0)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(STEPS):
@@ -50,9 +52,33 @@ def _one_process_on_whole_batches() -> torch.Tensor:
         ]
         inputs, targets = (torch.cat(part) for part in zip(*pieces, strict=True))
         optimizer.zero_grad()
-        F.mse_loss(model(inputs), targets).backward()
+        (F.mse_loss(model(inputs), targets) * scale).backward()
         optimizer.step()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+# Known mistakes that scale the gradients: the scale, what it looks like, the fix.
+# (With as many micro-batches as ranks, the last two would look alike.)
+_MISSCALED = [
+    (
+        MICRO_BATCHES,
+        f"{MICRO_BATCHES} times too large",
+        f"the gradients add up over the {MICRO_BATCHES} backward passes, so divide each "
+        f"micro-batch's loss by {MICRO_BATCHES}",
+    ),
+    (
+        1 / MICRO_BATCHES,
+        f"{MICRO_BATCHES} times too small",
+        "were they divided by the number of micro-batches twice? Dividing each "
+        "micro-batch's loss by it, once, is enough",
+    ),
+    (
+        1 / WORLD_SIZE,
+        f"{WORLD_SIZE} times too small",
+        f"DDP already averages the gradients over the {WORLD_SIZE} ranks: do not divide by "
+        "the world size",
+    ),
+]
 
 
 def accumulate(path) -> str:
@@ -64,10 +90,26 @@ def accumulate(path) -> str:
             "(the forward and backward of every micro-batch but the last go inside "
             "model.no_sync(); the last one's outside it)"
         )
+    for rank, (_, weights) in enumerate(results[1:], start=1):
+        apart = (weights - results[0][1]).abs().max().item()
+        assert apart < 1e-6, (
+            f"rank {rank}'s weights differ from rank 0's by up to {apart:.3g}: the gradients "
+            "of the micro-batches after the all-reduce were never averaged over the ranks; "
+            "the all-reducing backward must be the last micro-batch's (every earlier one "
+            "inside model.no_sync())"
+        )
     expected = _one_process_on_whole_batches()
     for rank, (_, weights) in enumerate(results):
         error = (weights - expected).abs().max().item()
-        assert error < 1e-5, (
+        if error < 1e-5:
+            continue
+        for scale, wrong, fix in _MISSCALED:
+            if (weights - _one_process_on_whole_batches(scale)).abs().max().item() < 1e-5:
+                raise AssertionError(
+                    f"rank {rank}: the weights differ from one process trained on the whole "
+                    f"batches by up to {error:.3g}: they are what gradients {wrong} give; {fix}"
+                )
+        raise AssertionError(
             f"rank {rank}: the weights differ from one process trained on the whole "
             f"batches by up to {error:.3g} (expected {expected.tolist()[:3]}..., got "
             f"{weights.tolist()[:3]}...); is each micro-batch's loss divided by the number "
