@@ -175,6 +175,15 @@ WRONG = [
     (
         "05_mingpt",
         "attention",
+        "masks the diagonal too",
+        "triu(diagonal=1)",
+        "triu(diagonal=0)",
+        r"shape \(1, 1, 1, 4\): the output is NaN at positions \[0\].*"
+        r"position t must see positions 0..t, itself included",
+    ),
+    (
+        "05_mingpt",
+        "attention",
         "forgets the scale",
         " * head_size**-0.5",
         "",
