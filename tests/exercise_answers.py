@@ -42,6 +42,15 @@ WRONG = [
         r"N = 3 ranks, .*: rank \d should hold the sum",
     ),
     (
+        "01_theory",
+        "ring",
+        "sends a tensor of chunk indices",
+        "sending = [(rank - step) % world_size for rank in range(world_size)]",
+        "sending = (torch.arange(world_size) - step) % world_size",
+        r"sending must be a list of Python ints, one chunk index \(0..1\) per rank; got a "
+        r"tensor, tensor\(\[0, 1\]\) \(\.tolist\(\) turns it into one\)",
+    ),
+    (
         "02_multigpu",
         "accumulate",
         "all-reduces in every micro-batch's backward",
