@@ -112,6 +112,7 @@ def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeo
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # N processes share the cores
+    outcome = None
     try:
         # Wait for every process to have started Python and torch (slow on a busy
         # machine) before the clock of `timeout` starts: it is for the exercise.
@@ -132,11 +133,14 @@ def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeo
     except Exception as error:
         outcome = ("error", "".join(traceback.format_exception(error)).rstrip())
     finally:
+        # The answer goes to disk before this rank leaves the group: when its peers fail
+        # because it left, its answer already says whether it had finished.
+        if outcome is not None:
+            partial = Path(f"{answer}.partial")
+            partial.write_bytes(pickle.dumps(outcome))
+            os.replace(partial, answer)  # the parent never reads half an answer
         if dist.is_initialized():
             dist.destroy_process_group()
-    partial = Path(f"{answer}.partial")
-    partial.write_bytes(pickle.dumps(outcome))
-    os.replace(partial, answer)  # the parent never reads half an answer
 
 
 def run_in_world(
@@ -156,26 +160,28 @@ def run_in_world(
         store = Path(folder, "store")  # the rendezvous is a file: no port to pick
         answers = [Path(folder, f"rank{rank}.pickle") for rank in range(world_size)]
         logs = [Path(folder, f"rank{rank}.log") for rank in range(world_size)]
-        workers = []
+        workers = {}
         try:
-            for rank in range(world_size):
+            # The last rank starts first: pids then usually fall as ranks rise, so an
+            # answer in the order of the pids (sorted, say) is not in rank order by luck.
+            for rank in reversed(range(world_size)):
                 with open(logs[rank], "w") as log:
                     command = [sys.executable, "-m", "course.exercises", str(runner[0])]
                     command += [runner[1], str(path), str(rank), str(world_size), str(store)]
                     command += [str(timeout), str(answers[rank])]
-                    workers.append(
-                        subprocess.Popen(
-                            command,
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL,
-                            # plain text: the traceback goes into the check's message
-                            env={**plain_text(os.environ), "OMP_NUM_THREADS": "1"},
-                        )
+                    workers[rank] = subprocess.Popen(
+                        command,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        # plain text: the traceback goes into the check's message
+                        env={**plain_text(os.environ), "OMP_NUM_THREADS": "1"},
                     )
-            results = _collect(workers, answers, logs, timeout)
+            results = _collect(
+                [workers[rank] for rank in range(world_size)], answers, logs, timeout
+            )
         finally:
-            for worker in workers:
+            for worker in workers.values():
                 if worker.poll() is None:
                     worker.kill()
                 worker.wait()
@@ -200,7 +206,7 @@ def _collect(workers, answers, logs, timeout) -> list:
             if kind == "not attempted":
                 raise NotAttempted(value)
             if kind == "error":
-                raise AssertionError(f"the exercise failed on rank {rank}:\n{value}")
+                raise AssertionError(_failure(rank, value, answers))
             results[rank] = value
         if time.monotonic() > deadline:
             raise AssertionError(
@@ -210,6 +216,30 @@ def _collect(workers, answers, logs, timeout) -> list:
             )
         time.sleep(0.05)  # waiting for processes to end; nothing to be notified by
     return [results[rank] for rank in range(len(workers))]
+
+
+# What gloo says on a rank whose peer's process closed its connections.
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+
+
+def _failure(rank: int, error: str, answers: list[Path]) -> str:
+    """The message for rank `rank`'s `error` (a traceback). When it failed in a
+    collective because a peer left, and that peer had returned from the exercise, the
+    traceback alone points at the wrong rank: say what happened first."""
+    returned = [
+        other
+        for other, answer in enumerate(answers)
+        if other != rank and answer.exists() and pickle.loads(answer.read_bytes())[0] == "result"
+    ]
+    if returned and any(words in error for words in PEER_GONE):
+        ranks = f"rank {returned[0]}" if len(returned) == 1 else f"ranks {returned}"
+        return (
+            f"rank {rank} waited in a collective that {ranks} never joined: {ranks} finished "
+            "the exercise without it, and gloo saw the connection close; every rank must make "
+            "the same collective calls: does a rank return early, or skip one that the "
+            f"others make?\n{error}"
+        )
+    return f"the exercise failed on rank {rank}:\n{error}"
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
-"""The coding exercises: every check passes on its solution, says "not attempted" on
-the learner's untouched file, and fails on a plausible wrong answer (so the checks
-can fail); every notebook has a check cell for each of its exercises."""
+"""The coding exercises: every check passes on its solution and on correct answers
+unlike it, says "not attempted" on the learner's untouched file, and fails on a
+plausible wrong answer (so the checks can fail); every notebook has a check cell for
+each of its exercises."""
 
 import json
 
 import psutil
 import pytest
 from conftest import REPO, is_gone
+from exercise_answers import RIGHT, WRONG
 
 from course.exercises import evaluate, exercise_path, run_in_world, solution_path
 
@@ -23,148 +25,6 @@ EXERCISES = [
     ("05_mingpt", "attention", "causal_attention"),
 ]
 
-# Plausible mistakes, each made by editing the solution: (lesson, exercise, what the
-# mistake is, text of the solution, replaced by, what the failed check must say); with
-# None for the text of the solution, the mistake is a whole file.
-WRONG = [
-    (
-        "00_intro",
-        "gather_pids",
-        "ignores what all_gather received",
-        "return [int(pid) for pid in everyone]",
-        "return [int(mine)] * world_size",
-        r"rank \d: expected the pids of ranks 0..1",
-    ),
-    (
-        "01_theory",
-        "ring",
-        "forgets the all-gather",
-        "        pass_right(chunks, sending, add=False)",
-        "        pass",
-        r"then 1 with add=False \(all-gather\); yours called pass_right with add=\[True\]",
-    ),
-    (
-        "01_theory",
-        "ring",
-        "sends the wrong chunk in the reduce-scatter",
-        "sending = [(rank - step) % world_size",
-        "sending = [(rank + step) % world_size",
-        r"N = 3 ranks, .*: rank \d should hold the sum",
-    ),
-    (
-        "02_multigpu",
-        "accumulate",
-        "all-reduces in every micro-batch's backward",
-        "sync = contextlib.nullcontext() if last else model.no_sync()",
-        "sync = contextlib.nullcontext()",
-        r"rank \d: DDP all-reduced the gradients 12 times in 3 steps of 4 micro-batches",
-    ),
-    (
-        "02_multigpu",
-        "fp16_hook",
-        "sends the sum, not the average",
-        "compressed = buffer.to(torch.float16).div_(dist.get_world_size(group))",
-        "compressed = buffer.to(torch.float16)",
-        r"rank \d: the weights differ from one process .* is the bucket divided by the world",
-    ),
-    (
-        "02_multigpu",
-        "fp16_hook",
-        "sends float32",
-        "compressed = buffer.to(torch.float16).div_(",
-        "compressed = buffer.clone().div_(",
-        r"rank \d: your hook handed all_reduce tensors of \['torch.float32'\]; expected float16",
-    ),
-    (
-        "02_multigpu",
-        "accumulate",
-        "adds up the micro-batches' losses instead of averaging them",
-        " / len(micro_batches)",
-        "",
-        r"rank \d: the weights differ from one process trained on the whole batches",
-    ),
-    (
-        "03_fault_tolerance",
-        "atomic_save",
-        "writes in place, as the official series does",
-        None,
-        "import torch\n\n\ndef save_atomic(state, path):\n    torch.save(state, path)\n",
-        r"after a save interrupted half-way, snapshot.pt cannot be loaded",
-    ),
-    (
-        "03_fault_tolerance",
-        "atomic_save",
-        "deletes the old snapshot, then writes the new one",
-        '    with open(temporary, "wb") as file:',
-        '    path.unlink(missing_ok=True)\n    with open(temporary, "wb") as file:',
-        r"after a save interrupted half-way, snapshot.pt cannot be loaded",
-    ),
-    (
-        "03_fault_tolerance",
-        "atomic_save",
-        "copies the temporary file over the snapshot instead of renaming it",
-        "    os.replace(temporary, path)",
-        "    import shutil\n\n    shutil.copyfile(temporary, path)\n    temporary.unlink()",
-        r"the second snapshot is the same file \(same inode\) as the first",
-    ),
-    (
-        "03_fault_tolerance",
-        "stop_agreement",
-        "answers from its own flag",
-        "    dist.all_reduce(flag, op=dist.ReduceOp.MAX)\n",
-        "",
-        r"rank 0: answered \[False(, False){7}\], stopping at step None",
-    ),
-    (
-        "03_fault_tolerance",
-        "stop_agreement",
-        "waits until every rank is asked (MIN)",
-        "op=dist.ReduceOp.MAX",
-        "op=dist.ReduceOp.MIN",
-        r"rank 0: answered \[False(, False){7}\], stopping at step None",
-    ),
-    (
-        "04_multinode",
-        "hostlist",
-        "splits at every comma, brackets or not",
-        "position = match.end() + 1",
-        "position = match.end() + 1\n        break",
-        r"expand_hostlist\('node\[01-03,07\],gpu5'\): expected",
-    ),
-    (
-        "04_multinode",
-        "hostlist",
-        "drops the leading zeros",
-        'hosts.append(f"{prefix}{number:0{width}d}{suffix}")',
-        'hosts.append(f"{prefix}{number}{suffix}")',
-        r"expected \['node01', 'node02', 'node03', 'node07', 'gpu5'\], got \['node1'",
-    ),
-    (
-        "04_multinode",
-        "global_rank",
-        "assumes every node runs as many processes as this one",
-        "return sum(nproc_per_node[:node_rank]) + local_rank",
-        "return node_rank * nproc_per_node[node_rank] + local_rank",
-        r"nodes running \[3, 1\] processes: node 1's local rank 0 is global rank 3, got 1",
-    ),
-    (
-        "05_mingpt",
-        "attention",
-        "adds a float mask of ones (the official minGPT's mistake)",
-        'scores = scores.masked_fill(future, float("-inf"))',
-        "scores = scores + torch.ones(time, time).tril()",
-        r"moved the outputs at positions 0..0 .*the attention sees the future",
-    ),
-    (
-        "05_mingpt",
-        "attention",
-        "forgets the scale",
-        " * head_size**-0.5",
-        "",
-        r"differs from scaled_dot_product_attention\(is_causal=True\)",
-    ),
-]
-
 
 @pytest.mark.parametrize("lesson, name, function", EXERCISES)
 def test_the_solution_passes_its_check(lesson, name, function):
@@ -177,21 +37,37 @@ def test_the_untouched_exercise_is_not_attempted(lesson, name, function):
     assert verdict == f"not attempted yet: edit exercises/{name}.py (the TODO in {function})"
 
 
+def answer_file(tmp_path, lesson, name, right, replacement):
+    """The solution of exercise `name` with `right` replaced (the whole file, when `right`
+    is None), written where the check can read it."""
+    answer = tmp_path / f"{name}.py"
+    if right is None:
+        answer.write_text(replacement)
+    else:
+        solution = solution_path(lesson, name).read_text()
+        assert solution.count(right) == 1, f"the solution no longer contains {right!r}"
+        answer.write_text(solution.replace(right, replacement))
+    return answer
+
+
 @pytest.mark.parametrize(
     "lesson, name, mistake, right, wrong, message",
     WRONG,
     ids=[f"{name}: {mistake}" for _, name, mistake, *_ in WRONG],
 )
 def test_a_wrong_answer_fails_its_check(lesson, name, mistake, right, wrong, message, tmp_path):
-    answer = tmp_path / f"{name}.py"
-    if right is None:
-        answer.write_text(wrong)
-    else:
-        solution = solution_path(lesson, name).read_text()
-        assert solution.count(right) == 1, f"the solution no longer contains {right!r}"
-        answer.write_text(solution.replace(right, wrong))
     with pytest.raises(AssertionError, match=message):
-        evaluate(lesson, name, answer)
+        evaluate(lesson, name, answer_file(tmp_path, lesson, name, right, wrong))
+
+
+@pytest.mark.parametrize(
+    "lesson, name, variant, right, replacement",
+    RIGHT,
+    ids=[f"{name}: {variant}" for _, name, variant, *_ in RIGHT],
+)
+def test_a_correct_variant_passes_its_check(lesson, name, variant, right, replacement, tmp_path):
+    answer = answer_file(tmp_path, lesson, name, right, replacement)
+    assert evaluate(lesson, name, answer).startswith("correct: ")
 
 
 def test_every_exercise_has_a_solution_a_test_and_a_check_cell():

@@ -18,6 +18,13 @@ def gather_pids(path) -> str:
         assert isinstance(answer, list) and all(isinstance(p, int) for p in answer), (
             f"rank {rank}: gather_pids should return a list of ints, got {answer!r}"
         )
+        # run_in_world starts the last rank first, so `pids` is rarely in increasing
+        # order, and a sorted answer shows.
+        assert answer == pids or sorted(answer) != sorted(pids), (
+            f"rank {rank}: got the pids of ranks 0..{world_size - 1} in another order, "
+            f"{answer}; expected {pids}, rank 0's first (all_gather fills its list in rank "
+            "order: keep that order)"
+        )
         assert answer == pids, (
             f"rank {rank}: expected the pids of ranks 0..{world_size - 1}, {pids}, got {answer}"
         )

@@ -11,7 +11,8 @@ pid, so the others must come over the wire.
 
 The check (`exercises.check("00_intro", "gather_pids")` in the notebook) starts a group
 of 2 processes on this machine (gloo), calls `gather_pids()` on both, and
-compares what each returned with the real pids. Hint: make one tensor per rank with
+compares what each returned with the real pids, in rank order (it starts rank 1 first,
+so the pids in rank order are usually not in increasing order). Hint: make one tensor per rank with
 `torch.zeros_like(mine)`, and call `dist.all_gather(list_of_tensors, mine)`.
 """
 

@@ -10,9 +10,17 @@ def _recording_pass_right(steps: list[bool]):
 
     def pass_right(chunks, sending, add):
         world_size = len(chunks)
-        assert len(sending) == world_size and all(
-            isinstance(c, int) and 0 <= c < world_size for c in sending
-        ), f"sending must give one chunk index (0..{world_size - 1}) per rank, got {sending}"
+        got = repr(sending)
+        if isinstance(sending, torch.Tensor):
+            got = f"a tensor, {got} (.tolist() turns it into one)"
+        assert (
+            isinstance(sending, list | tuple)
+            and len(sending) == world_size
+            and all(isinstance(c, int) and 0 <= c < world_size for c in sending)
+        ), (
+            f"sending must be a list of Python ints, one chunk index (0..{world_size - 1}) "
+            f"per rank; got {got}"
+        )
         steps.append(add)
         messages = [
             (rank, sending[rank], chunks[rank][sending[rank]].clone()) for rank in range(world_size)

@@ -13,9 +13,9 @@ squared error as the loss, and DDP must have all-reduced the gradients exactly o
 
 The check starts a 2-process gloo world on this machine; in each process it wraps a
 `Linear(20, 1)` in DDP with a hook that counts all-reduces, calls your function for 3
-steps of 4 micro-batches, and compares the weights with one process trained on the
-whole batches. Hint: the gradients add up over backward passes, so divide each
-micro-batch's loss by the number of micro-batches.
+steps of 4 micro-batches, and compares the weights of the ranks with each other and
+with one process trained on the whole batches. Hint: the gradients add up over backward
+passes, so divide each micro-batch's loss by the number of micro-batches.
 """
 
 import torch

@@ -15,8 +15,9 @@ copies it back into the float32 bucket and gives that bucket.
 The check starts a 2-process gloo world on this machine; in each process it wraps a
 small network in DDP, registers your hook, trains 3 steps on this rank's part of each
 batch, and checks that everything your hook sent was float16, half the bytes of the
-gradients, and that the weights are those of one process trained on the whole batches,
-to float16's precision. Hint: `dist.all_reduce(...).get_future().then(callback)`.
+gradients, that its Future gave DDP the float32 bucket, and that the weights are those
+of one process trained on the whole batches, to float16's precision.
+Hint: `dist.all_reduce(...).get_future().then(callback)`.
 """
 
 import torch

@@ -13,10 +13,13 @@ the new one:
 3. `os.replace(temporary, path)`: one atomic step, after which `path` names the new file.
 
 The check saves twice and loads each snapshot back, asserts that nothing else is left
-in the folder and that the second save made a new file rather than rewriting the old
-one, then interrupts a third save half-way and asserts that the second snapshot is
-still there, whole. (`common.snapshot.save_atomic` is the course's own version: try
-without reading it first.)
+in the folder (nor in the system temp folder) and that the second save made a new file
+rather than rewriting the old one. Then it interrupts a third save half-way and asserts
+that the save raised (the interruption, or an error of yours raised from it) and that
+the second snapshot is still there, whole. It also watches `os.fsync`: each snapshot
+must have been fsynced whole, in the snapshot's folder, before the rename gave it its
+name. (`common.snapshot.save_atomic` is the course's own version: try without reading
+it first.)
 """
 
 import os

@@ -15,8 +15,9 @@ write what it computes, for q, k, v of shape (batch, heads, time, head_size):
 Task: write `causal_attention`. The check changes the keys and values after position
 t and asserts that the outputs up to t stay the same (causality), then compares with
 `scaled_dot_product_attention(..., is_causal=True)` on several shapes.
-Hint: `torch.ones(time, time, dtype=torch.bool).triu(diagonal=1)` is True exactly for
-the future; `scores.masked_fill(mask, float("-inf"))`.
+Hint: `torch.ones(time, time, dtype=torch.bool, device=q.device).triu(diagonal=1)` is
+True exactly for the future (made on q's device, where the scores are);
+`scores.masked_fill(mask, float("-inf"))`.
 """
 
 import torch

@@ -19,6 +19,15 @@ def attention(path) -> str:
             f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}"
         )
 
+        # NaN first: it would read as an error of any size in the comparisons below.
+        nan_at = sorted(set(got.isnan().nonzero()[:, 2].tolist()))
+        assert not nan_at, (
+            f"shape {shape}: the output is NaN at positions {nan_at}: a position whose "
+            "scores are all -inf attends to nothing (the softmax divides 0 by 0); position t "
+            "must see positions 0..t, itself included, so mask only the keys after it "
+            "(triu(diagonal=1))"
+        )
+
         # Causality: new keys and values after position t must not move outputs 0..t.
         time = shape[2]
         for t in range(time - 1):
