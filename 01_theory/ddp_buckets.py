@@ -42,12 +42,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.nn.parallel.distributed import _DEFAULT_BUCKET_CAP_MB
+from torch.nn.parallel import distributed as ddp_source
 
 from common.cli import LessonArgumentParser
 from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_buckets.py"
+# DDP's default bucket cap: a named constant since PyTorch 2.12, the same 25 written
+# inline in DDP.__init__ before (2.11).
+DEFAULT_BUCKET_CAP_MB = getattr(ddp_source, "_DEFAULT_BUCKET_CAP_MB", 25)
 
 
 def deep_model(layers: int, width: int) -> nn.Sequential:
@@ -157,7 +160,7 @@ def main():
     # Read from PyTorch, not written down: they are what this version does.
     first_mb = dist._DEFAULT_FIRST_BUCKET_BYTES / 2**20
     log0(
-        f"DDP(model) without bucket_cap_mb: buckets of up to {_DEFAULT_BUCKET_CAP_MB} MB, "
+        f"DDP(model) without bucket_cap_mb: buckets of up to {DEFAULT_BUCKET_CAP_MB} MB, "
         f"the first one up to {first_mb:g} MB (torch {torch.__version__})"
     )
     results = {}

@@ -38,7 +38,7 @@ def choose(processes_per_machine: int = 0, cpu_because: str = "") -> str:
     elif cpu_because:
         device = "cpu"
         line = f"Every launch of this notebook runs on the CPU (gloo): {cpu_because}"
-    elif gpus and gpus >= processes_per_machine:
+    elif where(gpus, processes_per_machine, cpu_because) == "cuda":
         device = "cuda"
         line = (
             f"{gpus} GPU(s) here, and this notebook starts at most {processes_per_machine} "
@@ -57,6 +57,12 @@ def choose(processes_per_machine: int = 0, cpu_because: str = "") -> str:
     os.environ["DDP_DEVICE"] = _chosen = device
     print(line)
     return device
+
+
+def where(gpus: int, processes_per_machine: int = 0, cpu_because: str = "") -> str:
+    """The device a notebook with this declaration runs on, on a machine of `gpus` GPUs."""
+    enough = gpus and gpus >= processes_per_machine
+    return "cuda" if enough and not cpu_because else "cpu"
 
 
 def check_launch(processes: int | None, command: str) -> None:

@@ -4,9 +4,6 @@ makes: on faked machines of 0 to 8 GPUs, all of a notebook's launches get one de
 bigger than declared is refused; the CPU suite runs every launch, so every notebook's
 declaration holds for the launches it makes.)"""
 
-import ast
-import re
-
 import nbformat
 import pytest
 from conftest import fake_cuda_gpus
@@ -14,21 +11,7 @@ from conftest import fake_cuda_gpus
 from common import notebook_device
 from common.command_line import PROCESS_COUNT
 from common.launch import run
-from course.lessons import lesson_notebooks
-
-LAUNCH = re.compile(r"\b(run|start|two_nodes|hang)\(")
-
-
-def declaration(notebook) -> dict:
-    """The keyword arguments of the notebook's `choose(...)`, read from its code."""
-    nb = nbformat.read(notebook, as_version=4)
-    code = [cell.source for cell in nb.cells if cell.cell_type == "code"]
-    first_launch = next(i for i, source in enumerate(code) if LAUNCH.search(source))
-    for source in code[:first_launch]:
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "choose":
-                return {k.arg: ast.literal_eval(k.value) for k in node.keywords}
-    pytest.fail(f"{notebook.name}: no choose(...) before its first launch")
+from course.lessons import declaration, lesson_notebooks
 
 
 @pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)

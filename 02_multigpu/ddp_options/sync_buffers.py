@@ -41,6 +41,7 @@ from common.cli import LessonArgumentParser, positive_int
 from common.data import IN_FEATURES, SyntheticRegression
 from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
 from common.replicas import largest_difference_between_ranks
+from common.versions import needs_torch
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 sync_buffers.py [--steps 5]"
 BATCH_SIZE, SHIFT = 16, 2.0
@@ -94,6 +95,7 @@ def main() -> None:
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
     parser.add_argument("--steps", type=positive_int, default=5, help="training steps")
     args = parser.parse_args()
+    needs_torch("2.13", "sync_buffers.py (DDP's forward_sync_buffers)")
     local_rank, rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
