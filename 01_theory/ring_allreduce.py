@@ -224,6 +224,10 @@ def main():
         check_against_library(world_size, global_rank, device)
         log0(f"the ring equals dist.all_reduce on {world_size} ranks: every size, every dtype")
 
+    if world_size == 1:  # bus bandwidth = algbw x 2(N-1)/N = 0: nothing to time
+        log0("no benchmark: a world of 1 process sends nothing (launch 2 or more to time it)")
+        dist.destroy_process_group()
+        return
     sizes, size = [], smallest
     while size <= largest:  # powers of 4: 4KB, 16KB, 64KB, ...
         sizes.append(size)
