@@ -84,6 +84,15 @@ def test_ring_allreduce_script_checks_and_benchmarks_at_world_3(tmp_path):
         assert row["ratio"] == pytest.approx(row["ring_busbw"] / row["all_reduce_busbw"])
 
 
+def test_a_world_of_one_process_checks_the_ring_and_has_nothing_to_time(tmp_path):
+    # A machine of one GPU runs a world of one (the GPU mode does): every awkward size is
+    # still a tensor of at least one element, and the bus factor 2(N-1)/N is 0.
+    output = torchrun("ring_allreduce.py", 1, "--max-size 16KB --repeats 1", tmp_path=tmp_path)
+    checked = re.findall(r"check numel=(\d+) dtype=\w+: ring == all_reduce", output)
+    assert {int(numel) for numel in checked} == {1, 2, 3, 1000, 100_003}
+    assert "no benchmark: a world of 1 process sends nothing" in output
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 4, 8])
 def test_the_bus_factor_is_what_each_rank_sends_in_the_ring(world_size):
     ring_allreduce = lesson_module("01_theory", "ring_allreduce")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import REPO
 
-from common import distributed
+from common import distributed, versions
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.models import regression_model
@@ -188,3 +188,17 @@ def test_positive_int_refuses_zero_negatives_and_words_in_one_line(capsys):
             f"train.py: argument total_epochs: {bad!r} is not a positive integer; "
             "launch it as: python train.py 20 5\n"
         )
+
+
+def test_an_older_pytorch_is_told_in_one_line_what_it_lacks(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    with pytest.raises(SystemExit) as stopped:
+        versions.needs_torch("2.13", "sync_buffers.py (DDP's forward_sync_buffers)")
+    assert str(stopped.value) == (
+        "sync_buffers.py (DDP's forward_sync_buffers) needs PyTorch 2.13 or newer; this is "
+        "2.11.0+cu130: pip install 'torch>=2.13' (requirements.txt)"
+    )
+    for enough in ("2.13.0", "2.14.1+cpu", "3.0.0"):
+        monkeypatch.setattr(torch, "__version__", enough)
+        versions.needs_torch("2.13", "anything")  # returns: new enough
+    assert versions.release("2.9.1") < versions.release("2.13") < versions.release("2.14.0a0")

@@ -4,8 +4,8 @@ process, before CUDA does (with "invalid device ordinal" on some processes, or n
 
 No GPU here: each test fakes a machine with a number of GPUs (`torch.accelerator`'s
 `current_accelerator` and `device_count`, `torch.cuda.set_device`), and torchrun's
-environment. What a
-real GPU then does was not run here (README, "Running on GPUs").
+environment, also on a GPU machine. On a real GPU only the fitting case has run (one
+process on one H200, through the GPU mode: README, "Running on GPUs").
 """
 
 import pytest

@@ -3,11 +3,12 @@ allows, asserting what the lessons claim (the ring equals all_reduce, each proce
 its own GPU, replicas that end equal, exact resume after a crash, a model that learns).
 
 Where PyTorch sees CUDA GPUs, these tests launch the scripts on them with nccl: one
-process per GPU, up to 4. Elsewhere they launch them on the CPU with gloo and 2
-processes, which is how they run on the machine this course is built on: there the
-logic of every assertion is tested, and the GPU run itself has never been made
-(README, "Running on GPUs"). COURSE_TEST_DEVICE=cpu or =cuda forces either; the rest
-of the suite stays on the CPU (conftest).
+process per GPU, up to 4; a test that needs more processes than there are GPUs skips,
+saying how many it needs (the GPU mode, course/gpu_mode.py, lists it). Elsewhere they
+launch them on the CPU with gloo and 2 processes, which is how they run on the machine
+this course is built on: there the logic of every assertion is tested. On a GPU they
+ran on one H200 only (README, "Running on GPUs"). COURSE_TEST_DEVICE=cpu or =cuda
+forces either; the rest of the suite stays on the CPU (conftest).
 
 GPU runs are bit for bit repeatable only with deterministic cuBLAS, so the launches
 set CUBLAS_WORKSPACE_CONFIG=:4096:8 (PyTorch's "Reproducibility" notes); nccl's sum
@@ -49,8 +50,9 @@ ENVIRONMENT = {"DDP_DEVICE": DEVICE, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 def needs_processes(fewest: int) -> None:
     """Skip, saying so, a test that needs more processes than this machine has GPUs (the
     GPU mode's table counts and lists it). On the CPU the module runs 2: never skipped."""
-    if PROCESSES < fewest:
+    if PROCESSES < fewest and DEVICE == "cuda":
         pytest.skip(f"needs {fewest} GPUs")
+    assert PROCESSES >= fewest, f"needs {fewest} processes; on the CPU this module runs {PROCESSES}"
 
 
 def launch(command: str, folder, timeout: int = 240, env: dict | None = None) -> str:
