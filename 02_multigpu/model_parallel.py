@@ -87,9 +87,13 @@ def main() -> None:
         parser.error("--steps must be at least 1")
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     first, second = stage_devices(local_rank)
+    # nccl: bind the process to its GPU only when it has one. Bound to stage 1's GPU, a
+    # process spanning two would see DDP's collectives on stage 2's parameters refused
+    # ("Attempt to perform collective on tensor not on device passed to
+    # init_process_group"); unbound, nccl connects per GPU at their first collective.
     dist.init_process_group(
         backend=backend_for(first.type),
-        device_id=first if first.type == "cuda" else None,  # nccl: the GPU of stage 1
+        device_id=first if first.type == "cuda" and first == second else None,
     )
     log(f"stage 1 on {first}, stage 2 on {second}")
     model = TwoStageModel(first, second)

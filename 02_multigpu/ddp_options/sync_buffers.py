@@ -61,12 +61,15 @@ def batch_of(rank: int, step: int, world_size: int) -> tuple[torch.Tensor, torch
     return data.inputs[rows] + SHIFT * rank, data.targets[rows]
 
 
-def running_mean_over(ranks: list[int], steps: int, world_size: int) -> torch.Tensor:
+def running_mean_over(
+    ranks: list[int], steps: int, world_size: int, device: torch.device
+) -> torch.Tensor:
     """The running mean a lone BatchNorm tracks over the batches of `ranks`, step by
-    step (several ranks: their batches concatenated, as one process would see them)."""
-    norm = nn.BatchNorm1d(IN_FEATURES)
+    step (several ranks: their batches concatenated, as one process would see them).
+    On the training's device: the same kernels, so "equal" can mean bit for bit."""
+    norm = nn.BatchNorm1d(IN_FEATURES).to(device)
     for step in range(steps):
-        norm(torch.cat([batch_of(rank, step, world_size)[0] for rank in ranks]))
+        norm(torch.cat([batch_of(rank, step, world_size)[0] for rank in ranks]).to(device))
     return norm.running_mean
 
 
@@ -102,8 +105,8 @@ def main() -> None:
         backend=backend_for(device.type),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
-    rank_0s_only = running_mean_over([0], args.steps, world_size)
-    global_batch = running_mean_over(list(range(world_size)), args.steps, world_size)
+    rank_0s_only = running_mean_over([0], args.steps, world_size, device)
+    global_batch = running_mean_over(list(range(world_size)), args.steps, world_size, device)
     test_inputs = SyntheticRegression(size=64, seed=1).inputs.to(device)
 
     for forward_sync in (True, False):
@@ -118,7 +121,7 @@ def main() -> None:
             optimizer.zero_grad()
             F.mse_loss(model(inputs.to(device)), targets.to(device)).backward()
             optimizer.step()
-        running_mean = model.module[0].running_mean.cpu()
+        running_mean = model.module[0].running_mean  # on the device, for nccl
         after_training = largest_difference_between_ranks(running_mean)
         model.eval()
         with torch.no_grad():  # through DDP: with forward_sync_buffers, rank 0's buffers first
