@@ -79,7 +79,8 @@ def main():
     # 1. Replicas that start different end equal after the constructor.
     model = regression_model(seed=100 + global_rank).to(device)  # a different seed per rank
     log(f"before DDP(model): {fingerprint(model)}")
-    ddp_model = DDP(model)  # device_ids only for one-GPU-per-process; none on CPU
+    # One GPU per process: name it (device_ids); on the CPU there is none to name.
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     log(f"after  DDP(model): {fingerprint(ddp_model.module)}")
     everyone = [None] * world_size
     dist.all_gather_object(everyone, [p.tolist() for p in ddp_model.module.parameters()])
