@@ -22,10 +22,13 @@ import signal
 
 import pytest
 import torch
+import torch.multiprocessing as mp
 import yaml
 from conftest import REPO, lesson_module
+from test_random_state import check_world
 
 from common.launch import run, start
+from common.ports import free_port
 
 
 def suite_device() -> tuple[str, int]:
@@ -168,6 +171,14 @@ def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path)
     for mine, expected in zip(restarted["rng_state"], clean["rng_state"], strict=True):
         assert mine.keys() == expected.keys() == ({"cpu", "cuda"} if DEVICE == "cuda" else {"cpu"})
         assert all(torch.equal(mine[key], expected[key]) for key in mine)
+
+
+def test_every_rank_gets_its_own_generators_back_on_the_device(monkeypatch):
+    """common.random_state with dropout drawing from each GPU's CUDA generator (the
+    crash test above compares the saved states, which a broken restore of a generator
+    nothing draws from would pass)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    mp.spawn(check_world, args=(PROCESSES, free_port(), DEVICE), nprocs=PROCESSES, join=True)
 
 
 def test_the_gpt_learns_on_the_device(tmp_path):

@@ -1,45 +1,66 @@
 """Snapshots give every rank its own random generators back (`common.random_state`),
-in a real gloo world of 2 CPU processes whose ranks draw different numbers.
-
-The CUDA half (`torch.cuda.get_rng_state` per GPU) was not run here: no GPU.
+in a real gloo world of 2 CPU processes whose ranks draw different numbers, through
+dropout as training would. The GPU mode runs the same check on the GPUs with nccl, where
+dropout draws from each GPU's CUDA generator (tests/test_gpu_mode.py); it has run there
+with one GPU only.
 """
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+import torch.nn.functional as F
 
 from common.ports import free_port
 from common.random_state import gather_random_states, restore_random_state
 
-CPU = torch.device("cpu")
+
+def draw(device: torch.device, count: int) -> torch.Tensor:
+    """Random draws from the device's generator, as dropout on that device makes them."""
+    return F.dropout(torch.ones(count, device=device), p=0.5)
 
 
-def check_world(rank: int, world_size: int, port: int) -> None:
+def generator_state(device: torch.device) -> torch.Tensor:
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    return torch.get_rng_state()
+
+
+def check_world(rank: int, world_size: int, port: int, device_type: str = "cpu") -> None:
+    device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+        "nccl" if device.type == "cuda" else "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        device_id=device if device.type == "cuda" else None,
     )
     try:
-        torch.manual_seed(10 + rank)  # ranks draw differently, as with dropout per rank
-        torch.rand(3)
-        saved = gather_random_states(CPU)
+        torch.manual_seed(10 + rank)  # seeds every generator: ranks draw differently
+        draw(device, 3)
+        saved = gather_random_states(device)
         assert len(saved) == world_size
-        assert torch.equal(saved[rank]["cpu"], torch.get_rng_state())
-        assert not torch.equal(saved[0]["cpu"], saved[1]["cpu"])
-        uninterrupted = torch.rand(5)  # what this rank draws next, had nothing stopped
+        assert torch.equal(saved[rank][device.type].cpu(), generator_state(device))
+        if world_size > 1:
+            assert not torch.equal(saved[0][device.type], saved[1][device.type])
+        uninterrupted = draw(device, 64)  # what this rank draws next, had nothing stopped
 
         torch.manual_seed(999)  # a restarted process: every rank seeded alike
-        assert restore_random_state(saved, CPU) is None
-        assert torch.equal(torch.rand(5), uninterrupted)  # its own stream, not rank 0's
+        assert not torch.equal(draw(device, 64), uninterrupted)  # not by chance
+        torch.manual_seed(999)
+        assert restore_random_state(saved, device) is None
+        assert torch.equal(draw(device, 64), uninterrupted)  # its own stream, not rank 0's
 
         # A snapshot from a world of another size: nothing restored, one notice.
         torch.manual_seed(999)
-        fresh = torch.get_rng_state()
-        notice = restore_random_state(saved[:1], CPU)
+        fresh = generator_state(device)
+        notice = restore_random_state(saved[:1] * (world_size + 1), device)
         assert notice == (
-            f"the snapshot holds 1 ranks' random states and this world has {world_size} "
-            "ranks: random draws (dropout, shuffling seeds) will not replay exactly"
+            f"the snapshot holds {world_size + 1} ranks' random states and this world has "
+            f"{world_size} ranks: random draws (dropout, shuffling seeds) will not replay exactly"
         )
-        assert torch.equal(torch.get_rng_state(), fresh)
+        assert torch.equal(generator_state(device), fresh)
     finally:
         dist.destroy_process_group()
 
