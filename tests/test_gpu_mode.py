@@ -92,6 +92,18 @@ def test_the_ring_equals_all_reduce_on_the_device(tmp_path):
     )
 
 
+def test_the_trainer_s_tensors_live_on_each_process_s_own_device(tmp_path):
+    script = "tests/scripts/where_tensors_live.py"
+    output = torchrun(script, "", tmp_path)
+    for rank in range(PROCESSES):  # one machine: local rank = rank
+        wanted = f"cuda:{rank}" if DEVICE == "cuda" else "cpu"
+        where = f"['{wanted}']"
+        assert (
+            f"[rank{rank}] every tensor on {wanted}: parameters on {where}, gradients on "
+            f"{where}, momentum on {where}, batch on {where}"
+        ) in output, output
+
+
 def test_ddp_makes_the_replicas_equal_on_the_device(tmp_path):
     output = torchrun("01_theory/ddp_replicas.py", "--epochs 1", tmp_path)
     before = re.findall(r"before DDP\(model\): (.*)", output)
