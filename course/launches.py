@@ -8,6 +8,7 @@ process, no process group), and the fewest processes it accepts.
 """
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,23 +37,30 @@ class Launch:
 
 def run_once(command: list[str], time_limit: float, **environment: str) -> tuple[str, str]:
     """(how it ended: "exit N" or "killed after T s", its output) of one command in a
-    fresh temporary folder, with one thread per process as torchrun's workers have."""
-    variables = {**os.environ, "OMP_NUM_THREADS": "1", **environment}
+    fresh temporary folder, with one thread per process as torchrun's workers have.
+
+    Every launch here is on this machine alone, so torchrun gets the address 127.0.0.1
+    (PET_LOCAL_ADDR, as common.launch gives it: the machine's name need not resolve).
+    The command starts a process group of its own: on a time-out, torchrun and every
+    worker it started are killed together, none left behind."""
+    variables = {**os.environ, "OMP_NUM_THREADS": "1", "PET_LOCAL_ADDR": "127.0.0.1"}
     with tempfile.TemporaryDirectory(prefix="launch-") as folder:
+        process = subprocess.Popen(
+            command,
+            cwd=folder,
+            env={**variables, **environment},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
-            done = subprocess.run(
-                command,
-                cwd=folder,
-                env=variables,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=time_limit,
-            )
-        except subprocess.TimeoutExpired as late:
-            output = late.output.decode() if isinstance(late.output, bytes) else late.output
+            output, _ = process.communicate(timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
             return f"killed after {time_limit:g} s", output or ""
-    return f"exit {done.returncode}", done.stdout
+    return f"exit {process.returncode}", output
 
 
 LAUNCHES = [

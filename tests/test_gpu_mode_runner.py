@@ -6,11 +6,12 @@ import re
 import subprocess
 import sys
 
+import psutil
 import pytest
 from conftest import PYTHON, REPO, fake_cuda_gpus
 
 from course import gpu_mode
-from course.launches import LAUNCHES
+from course.launches import LAUNCHES, run_once
 
 # Lesson scripts that join a process group but are not in course.launches, and why.
 NOT_LAUNCHED = {
@@ -136,3 +137,22 @@ def test_a_gpu_mode_test_skips_only_on_gpus_that_are_too_few(monkeypatch):
     assert not runs(2)  # one GPU: skipped, "needs 2 GPUs", and the table lists it
     monkeypatch.setattr(test_gpu_mode, "PROCESSES", 4)
     assert runs(2) and runs(4)
+
+
+def test_a_launch_past_its_time_limit_is_killed_with_every_process_it_started():
+    # A stand-in for torchrun: it starts a worker (whose output goes elsewhere, so that
+    # only the leader holds the pipe), says its pid, and both would run on.
+    leader = (
+        "import subprocess, sys, time; "
+        "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+        "print('worker', worker.pid, flush=True); time.sleep(600)"
+    )
+    ending, output = run_once([PYTHON, "-c", leader], time_limit=5)
+    assert ending == "killed after 5 s", (ending, output)
+    worker = psutil.Process(int(re.search(r"worker (\d+)", output)[1]))
+    try:
+        worker.wait(timeout=30)  # killed with the leader: ends (init reaps it) at once
+    except psutil.TimeoutExpired:
+        worker.kill()
+        pytest.fail("the worker outlived its launch: an orphan")
