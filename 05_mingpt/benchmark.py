@@ -179,7 +179,7 @@ def split() -> None:
                 quiet=True,
                 env={"OMP_NUM_THREADS": "1"},
             )
-            weights[nproc] = torch.load(Path(folder, "snapshot.pt"))["model"]
+            weights[nproc] = torch.load(Path(folder, "snapshot.pt"), map_location="cpu")["model"]
         print(f"{nproc} process(es) x {micro_batches} micro-batch(es) of 32: trained", flush=True)
     largest = max((weights[1][k] - weights[4][k]).abs().max().item() for k in weights[1])
     print(f"after 10 steps, the largest difference between the two runs' weights: {largest:.2e}")
