@@ -38,7 +38,7 @@ def choose(processes_per_machine: int = 0, cpu_because: str = "") -> str:
     elif cpu_because:
         device = "cpu"
         line = f"Every launch of this notebook runs on the CPU (gloo): {cpu_because}"
-    elif where(gpus, processes_per_machine, cpu_because) == "cuda":
+    elif where(gpus, processes_per_machine) == "cuda":
         device = "cuda"
         line = (
             f"{gpus} GPU(s) here, and this notebook starts at most {processes_per_machine} "

@@ -68,8 +68,8 @@ def plan_scripts(device: str, gpus: int) -> list[tuple[Launch, int | None]]:
     return planned
 
 
-def run_script(launch: Launch, processes: int, device: str, log) -> tuple[str, str, float]:
-    """(device, outcome, seconds) of one launch in a folder of its own."""
+def run_script(launch: Launch, processes: int, device: str, log) -> tuple[str, float]:
+    """(outcome, seconds) of one launch on `device`, in a folder of its own."""
     started = time.monotonic()
     command = launch.command(processes, REPO)
     ending, output = run_once(command, SCRIPT_TIME_LIMIT, DDP_DEVICE=device)
@@ -77,7 +77,7 @@ def run_script(launch: Launch, processes: int, device: str, log) -> tuple[str, s
     title = f"===== {launch.name} x{processes} on {device}: {ending}, {seconds:.0f} s"
     log.write(f"{title}\n{output}\n")
     log.flush()
-    return device, outcome(ending != "exit 0", output), seconds
+    return outcome(ending != "exit 0", output), seconds
 
 
 def pytest_command(paths: list[str], report: Path, workers: int, extra: list[str]) -> list[str]:
@@ -139,7 +139,9 @@ def main() -> None:
 
     import torch  # after the arguments: --help needs no torch
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from common.distributed import cuda_gpus
+
+    gpus = cuda_gpus()
     if args.device == "cuda" and not gpus:
         sys.exit(
             "the GPU mode needs a CUDA GPU and PyTorch sees none: run it on a GPU "
@@ -189,8 +191,8 @@ def main() -> None:
         for launch, processes in chosen:
             label = f"{launch.script} x{processes or launch.fewest}"
             if processes:
-                device, ended, seconds = ran[launch.name]
-                rows.append(("scripts", label, device, ended, seconds))
+                ended, seconds = ran[launch.name]
+                rows.append(("scripts", label, args.device, ended, seconds))
             else:
                 rows.append(("scripts", label, "-", f"needs {launch.fewest} GPUs", 0.0))
 

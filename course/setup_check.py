@@ -47,8 +47,9 @@ def check_torch() -> Result:
         import torch
     except ImportError:
         return Result("FAIL", "PyTorch", f"not installed; {REINSTALL}")
-    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
-    if (major, minor) < MIN_TORCH:
+    from common.versions import release
+
+    if release(torch.__version__) < MIN_TORCH:
         return Result("FAIL", "PyTorch", f"{torch.__version__} is too old; {REINSTALL}")
     return Result("OK", "PyTorch", torch.__version__)
 
@@ -103,13 +104,12 @@ def check_loopback_port() -> Result:
 
 
 def check_torchrun() -> Result:
-    import torch
-
+    from common.distributed import cuda_gpus
     from common.launch import CommandFailed, run
+    from common.notebook_device import where
 
     hello = REPO / "00_intro" / "hello_torchrun.py"
-    # 2 processes need 2 GPUs; with fewer, the CPU (as the notebooks decide).
-    device = "cuda" if torch.cuda.device_count() >= 2 else "cpu"
+    device = where(cuda_gpus(), processes_per_machine=2)  # as a notebook of 2 decides
     started = time.monotonic()
     try:
         command = f"torchrun --standalone --nproc_per_node=2 {hello}"

@@ -17,11 +17,10 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
 from course.launches import LAUNCHES, run_once
+from course.lessons import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 PROCESSES = 2  # each DDP launch's world (a `python` launch runs one process)
 
 

@@ -8,7 +8,7 @@ import subprocess
 from types import SimpleNamespace
 
 import torch
-from conftest import PYTHON
+from conftest import PYTHON, fake_cuda_gpus
 
 from course import setup_check
 
@@ -169,10 +169,10 @@ def test_a_machine_with_loopback_only_exposes_nothing(monkeypatch):
 def test_on_one_gpu_the_torchrun_check_runs_its_two_processes_on_the_cpu(monkeypatch):
     # Two processes need two GPUs (lesson 00): on a machine of one, the check runs on
     # the CPU, as the notebooks would, and says which backend it saw.
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    fake_cuda_gpus(monkeypatch, 1)
     result = setup_check.check_torchrun()
     assert result.status == "OK", result.detail
     assert result.detail.startswith("a gloo world of 2 started")
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    fake_cuda_gpus(monkeypatch, 2)
     result = setup_check.check_torchrun()  # 2 "GPUs" that are not here: cuda, refused
     assert result.status == "FAIL" and result.item == "torchrun, 2 processes", result
