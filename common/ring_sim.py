@@ -1,7 +1,8 @@
 """Ring all-reduce simulated: N ranks in one process, every step recorded.
 
 Introduced in 01_theory, whose figures and animation are drawn from the record
-(`common.viz`); `common.ring` is the same algorithm over real processes.
+(`common.viz`), and its interactive stepper too (`common.ring_stepper`); `common.ring`
+is the same algorithm over real processes.
 
 The simulation moves real tensors between N Python lists, exactly as the ranks of
 `common.ring.ring_all_reduce` do, and writes down for every step which rank sent
@@ -54,6 +55,15 @@ class Record:
     @property
     def true_sum(self) -> torch.Tensor:
         return torch.stack(self.inputs).sum(dim=0)
+
+    def step_title(self, index: int) -> str:
+        """Step `index` in words, as the figures and the stepper title it:
+        "reduce-scatter 2/3" is the second of the phase's three steps."""
+        step = self.steps[index]
+        if step.phase == "start":
+            return "start: each rank holds its own tensor"
+        steps_in_phase = sum(s.phase == step.phase for s in self.steps)
+        return f"{step.phase} {step.number}/{steps_in_phase}"
 
     def elements_sent(self) -> list[int]:
         """How many elements each rank sent, over the whole run."""

@@ -23,14 +23,6 @@ def _rank_position(rank: int, world_size: int) -> tuple[float, float]:
     return math.cos(angle), math.sin(angle)
 
 
-def _step_title(record: Record, index: int) -> str:
-    step = record.steps[index]
-    if step.phase == "start":
-        return "start: each rank holds its own tensor"
-    steps_in_phase = sum(s.phase == step.phase for s in record.steps)
-    return f"{step.phase} {step.number}/{steps_in_phase}"
-
-
 def draw_ring_step(ax, record: Record, index: int) -> None:
     """One panel: the ranks on a ring, each with its chunks coloured by how many ranks'
     inputs they hold (white: its own only; dark: the full sum), and an arrow per
@@ -43,7 +35,7 @@ def draw_ring_step(ax, record: Record, index: int) -> None:
     ax.set_ylim(-1.6, 1.75)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(_step_title(record, index), fontsize=10)
+    ax.set_title(record.step_title(index), fontsize=10)
     chunk_count = len(step.chunks[0])
     for rank in range(world_size):
         x, y = _rank_position(rank, world_size)

@@ -4,7 +4,7 @@ headless browser (Debian's chromium).
 The site is built once here, from the lesson notebooks as committed (executing them is
 their nbmake tests' business, and takes ten minutes), except lesson 00: its executed
 notebook is one made here whose outputs stand for everything the lessons show (a
-matplotlib figure as PNG, an animation as HTML+JS from `to_jshtml`, a table, printed
+matplotlib figure as PNG, HTML+JS from `to_jshtml` and 01's ring stepper, a table, printed
 text). Sphinx must build it without a single warning (a link to a missing page is one).
 In chromium, the pages a reader meets first are opened and every link on them followed:
 the home page, lesson 00's page and deck, a script page and its lesson's list of scripts,
@@ -64,6 +64,7 @@ REPRESENTATIVE = [
         plt.close(fig)
         HTML(animation.to_jshtml())"""),
     ),
+    ("code", "from common.ring_stepper import stepper_html\n\nHTML(stepper_html(start=3))"),
     ("md", "## A table"),
     ("code", 'display(Markdown("| ranks | seconds |\\n|---|---|\\n| 1 | 2.0 |\\n| 2 | 1.1 |"))'),
     ("code", 'print("rank 0 done")'),
@@ -122,6 +123,7 @@ def test_the_site_builds_without_a_warning(built):
     # The executed outputs, the run, the deck and the scripts.
     assert lesson.count("data:image/png;base64,") + lesson.count('src="../_images/') >= 2
     assert "Executed on 2026-11-25 in 1 s" in lesson
+    assert lesson.count('class="ring-stepper"') == 1 and '"application/json"' in lesson
     assert 'href="00_intro.slides.html"' in lesson
     theory = (html / "01_theory" / "01_theory.html").read_text(encoding="utf-8")
     assert 'href="ring_allreduce.py.html"' in theory and "Not executed by this build" in theory
