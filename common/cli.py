@@ -42,12 +42,20 @@ def natural_int(text: str) -> int:
     return int(text)
 
 
-def positive_seconds(text: str) -> float:
-    """An argparse type for a timeout: a finite number of seconds above 0."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return seconds
+def positive_number(unit: str):
+    """An argparse type for a finite number of `unit` above 0 (seconds, MB, ...)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of {unit}")
+        return value
+
+    return parse
+
+
+# For a timeout.
+positive_seconds = positive_number("seconds")
