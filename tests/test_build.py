@@ -20,6 +20,7 @@ def test_lessons_are_found_in_course_order():
     assert [notebook.stem for notebook in lesson_notebooks([])] == [
         "00_intro",
         "01_theory",
+        "01_theory_at_scale",
         "02_multigpu",
         "02_multigpu_topics",
         "02_multigpu_wrapper_options",
