@@ -170,6 +170,7 @@ def benchmark(sizes, repeats, straightforward, piece_bytes, world_size, device) 
         for name in contenders:
             seconds = statistics.median(times[name])
             row[f"{name}_seconds"] = seconds
+            row[f"{name}_fastest"], row[f"{name}_slowest"] = min(times[name]), max(times[name])
             row[f"{name}_algbw"] = size / seconds / 1e9
             row[f"{name}_busbw"] = row[f"{name}_algbw"] * bus_factor(world_size)
             row[f"{name}_page_faults"] = statistics.median(faults[name])

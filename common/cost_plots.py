@@ -9,8 +9,10 @@ from common.cost_model import Link, ring_seconds
 
 
 def fit_figure(rows: list[dict], seconds_key: str, link: Link, held_out: int):
-    """Measured all-reduce times (points) and the fitted model (lines), per world size;
-    the world size the fit never saw drawn with open points."""
+    """Measured all-reduce times (points: the median; bars: fastest to slowest of the
+    repeats) and the fitted model (lines), per world size; the world size the fit never
+    saw drawn with open points."""
+    prefix = seconds_key.removesuffix("_seconds")
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for world_size in sorted({r["world_size"] for r in rows}):
         mine = sorted((r for r in rows if r["world_size"] == world_size), key=lambda r: r["bytes"])
@@ -20,11 +22,16 @@ def fit_figure(rows: list[dict], seconds_key: str, link: Link, held_out: int):
             [ring_seconds(n, world_size, link) * 1e3 for n in sizes],
             label=f"model, {world_size} processes",
         )
+        median = [r[seconds_key] * 1e3 for r in mine]
+        below = [m - r[f"{prefix}_fastest"] * 1e3 for m, r in zip(median, mine, strict=True)]
+        above = [r[f"{prefix}_slowest"] * 1e3 - m for m, r in zip(median, mine, strict=True)]
         open_points = world_size == held_out
-        ax.plot(
+        ax.errorbar(
             sizes,
-            [r[seconds_key] * 1e3 for r in mine],
-            "o",
+            median,
+            yerr=[below, above],
+            fmt="o",
+            capsize=2,
             color=line.get_color(),
             fillstyle="none" if open_points else "full",
             label=f"measured, {world_size}" + (" (not fitted on)" if open_points else ""),
@@ -32,7 +39,7 @@ def fit_figure(rows: list[dict], seconds_key: str, link: Link, held_out: int):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("tensor size (bytes)")
-    ax.set_ylabel("all_reduce time (ms)")
+    ax.set_ylabel("all_reduce time (ms): median, range")
     ax.set_title(f"alpha = {link.alpha * 1e6:.0f} us, bandwidth = {link.bandwidth / 1e9:.2f} GB/s")
     ax.legend(fontsize=8)
     fig.tight_layout()
