@@ -8,11 +8,10 @@ from common.at_scale import NETWORKS, gpu_counts, predict
 from common.cost_model import Link, ring_seconds
 
 
-def fit_figure(rows: list[dict], seconds_key: str, link: Link, held_out: int):
-    """Measured all-reduce times (points: the median; bars: fastest to slowest of the
-    repeats) and the fitted model (lines), per world size; the world size the fit never
-    saw drawn with open points."""
-    prefix = seconds_key.removesuffix("_seconds")
+def fit_figure(rows: list[dict], name: str, link: Link, held_out: int):
+    """Measured times of `name` (the benchmark's "all_reduce" or "ring"; points: each
+    size's fastest call, the one fitted; bars: up to its slowest) and the fitted model
+    (lines), per world size; the world size the fit never saw drawn with open points."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for world_size in sorted({r["world_size"] for r in rows}):
         mine = sorted((r for r in rows if r["world_size"] == world_size), key=lambda r: r["bytes"])
@@ -22,14 +21,13 @@ def fit_figure(rows: list[dict], seconds_key: str, link: Link, held_out: int):
             [ring_seconds(n, world_size, link) * 1e3 for n in sizes],
             label=f"model, {world_size} processes",
         )
-        median = [r[seconds_key] * 1e3 for r in mine]
-        below = [m - r[f"{prefix}_fastest"] * 1e3 for m, r in zip(median, mine, strict=True)]
-        above = [r[f"{prefix}_slowest"] * 1e3 - m for m, r in zip(median, mine, strict=True)]
+        fastest = [r[f"{name}_fastest"] * 1e3 for r in mine]
+        above = [r[f"{name}_slowest"] * 1e3 - f for f, r in zip(fastest, mine, strict=True)]
         open_points = world_size == held_out
         ax.errorbar(
             sizes,
-            median,
-            yerr=[below, above],
+            fastest,
+            yerr=[[0] * len(fastest), above],
             fmt="o",
             capsize=2,
             color=line.get_color(),
@@ -39,7 +37,7 @@ def fit_figure(rows: list[dict], seconds_key: str, link: Link, held_out: int):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("tensor size (bytes)")
-    ax.set_ylabel("all_reduce time (ms): median, range")
+    ax.set_ylabel(f"{name} time (ms): fastest, bar to slowest")
     ax.set_title(f"alpha = {link.alpha * 1e6:.0f} us, bandwidth = {link.bandwidth / 1e9:.2f} GB/s")
     ax.legend(fontsize=8)
     fig.tight_layout()
