@@ -11,6 +11,8 @@ import subprocess
 import pytest
 from conftest import PYTHON, REPO, run_forked
 
+from course.launches import LAUNCHES
+
 LESSONS = ["00_intro", "01_theory", "02_multigpu", "03_fault_tolerance", "04_multinode"]
 LESSONS += ["05_mingpt"]
 
@@ -140,10 +142,18 @@ def launched(tmp_path_factory):
     commands += [(s, a) for s, a in CORRECT_ARGUMENTS.items() if is_torchrun_script(s)]
     commands += [(script, arguments) for script, arguments, _ in WRONG_VALUES]
     commands += [(COMPARED_SCRIPT, arguments) for arguments in COMPARED_ARGUMENTS]
+    commands += [(launch.script, launch_arguments(launch)) for launch in LAUNCHES]
     folder = tmp_path_factory.mktemp("launched_wrong")
     results = run_forked([(REPO / script, arguments) for script, arguments in commands], folder)
     assert list(folder.iterdir()) == []  # a refused launch writes nothing (no checkpoint)
     return {(s, tuple(a)): result for (s, a), result in zip(commands, results, strict=True)}
+
+
+def launch_arguments(launch) -> list[str]:
+    """A `course/launches.py` entry's arguments (mp.spawn's `--world_size` included), and
+    `--bogus`: argparse names an unknown option only once every other argument parsed."""
+    spawned = ["--world_size", "2"] if launch.launcher == "spawn" else []
+    return [*launch.arguments, *spawned, "--bogus"]
 
 
 def one_line_refusal(result: dict, status: int) -> str:
@@ -183,6 +193,14 @@ def test_an_unknown_option_is_one_line_with_the_launch_command(script, launched)
         line
         == f"{name}: unrecognized arguments: --bogus; launch it as: {hint_for(script, launched)}\n"
     )
+
+
+@pytest.mark.parametrize("launch", LAUNCHES, ids=lambda launch: launch.name)
+def test_the_arguments_the_gpu_mode_and_the_stress_script_give_parse(launch, launched):
+    """Each entry of course/launches.py is launched only on a GPU machine or by the stress
+    script: a renamed option would break them silently. Here its arguments parse."""
+    line = one_line_refusal(launched[launch.script, tuple(launch_arguments(launch))], status=2)
+    assert line.startswith(f"{launch.script.rsplit('/', 1)[1]}: unrecognized arguments: --bogus;")
 
 
 @pytest.mark.parametrize("script", sorted(s for s in CORRECT_ARGUMENTS if is_torchrun_script(s)))
