@@ -37,7 +37,8 @@ LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_step_times.py"
 
 
 def deep_model(layers: int, width: int) -> nn.Sequential:
-    """`layers` equal Linear layers (as in ddp_buckets.py), seeded alike on every rank."""
+    """`layers` equal Linear layers, seeded alike on every rank: ddp_buckets.py's model
+    (the same parameters, so the same buckets) without its ReLUs."""
     torch.manual_seed(0)
     return nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
 

@@ -110,7 +110,7 @@ def gradient_arrivals(model: GPT, backward: float) -> tuple[list[float], list[in
     return ready, sizes
 
 
-def all_reduce_cost(gpus: int, network: Network, algorithm: str):
+def all_reduce_cost(gpus: int, network: Network, algorithm: str, inside_link: Link = NVLINK):
     """Seconds to all-reduce n bytes over `gpus` GPUs, 8 per machine (fewer: one machine).
 
     A flat ring or tree crosses between machines on one card at a time, and is as fast
@@ -121,8 +121,8 @@ def all_reduce_cost(gpus: int, network: Network, algorithm: str):
     card = network.card
     if algorithm == "two-level ring":
         share = card.bandwidth * network.cards_per_node / inside
-        return lambda n: two_level_seconds(n, inside, nodes, NVLINK, Link(card.alpha, share))
-    slowest = NVLINK if nodes == 1 else card
+        return lambda n: two_level_seconds(n, inside, nodes, inside_link, Link(card.alpha, share))
+    slowest = inside_link if nodes == 1 else card
     if algorithm == "flat ring":
         return lambda n: ring_seconds(n, gpus, slowest)
     if algorithm == "tree":
@@ -142,15 +142,22 @@ def predict(
     micro-step, and the scaling efficiency (compute / time, over the `accumulation`
     micro-steps of one optimizer step; the first accumulation - 1 skip the all-reduce)."""
     compute = model.compute_seconds
-    forward, backward = compute / 3, 2 * compute / 3
-    ready, sizes = gradient_arrivals(model, backward)
-    cap = int(bucket_cap_mb * 2**20)
-    buckets = assign_buckets(sizes, cap, min(cap, 2**20))
-    timeline = step_timeline(
-        forward, ready, sizes, backward, 0.0, buckets, all_reduce_cost(gpus, network, algorithm)
-    )
+    all_reduce = all_reduce_cost(gpus, network, algorithm)
+    timeline = ddp_step(compute, lambda backward: gradient_arrivals(model, backward),
+                        bucket_cap_mb, all_reduce)  # fmt: skip
     efficiency = accumulation * compute / ((accumulation - 1) * compute + timeline.step)
     return timeline, efficiency
+
+
+def ddp_step(compute: float, arrivals, bucket_cap_mb: float, all_reduce):
+    """One synchronized DDP step of `compute` seconds: forward a third, backward two
+    thirds, `arrivals(backward)` giving each gradient's ready time and bytes, buckets as
+    DDP makes them (the first capped at 1 MiB unless the cap is smaller)."""
+    forward, backward = compute / 3, 2 * compute / 3
+    ready, sizes = arrivals(backward)
+    cap = int(bucket_cap_mb * 2**20)
+    buckets = assign_buckets(sizes, cap, min(cap, 2**20))
+    return step_timeline(forward, ready, sizes, backward, 0.0, buckets, all_reduce)
 
 
 def gpu_counts(largest: int = 1024) -> list[int]:
@@ -174,21 +181,10 @@ def resnet50_step(gpus: int, bucket_cap_mb: float = 25, pieces: int = 50):
     """The model's DDP step for the published ResNet-50 runs: the 1-GPU time without DDP
     as compute, its gradients arriving evenly along the backward in `pieces` equal parts
     (assumed: ResNet's layers are not equal), a two-level ring across 8-GPU machines."""
-    compute = PUBLISHED["1 GPU, no DDP"]
-    forward, backward = compute / 3, 2 * compute / 3
     sizes = [4 * RESNET50_PARAMETERS // pieces] * pieces
-    ready = [backward * (i + 1) / pieces for i in range(pieces)]
-    cap = int(bucket_cap_mb * 2**20)
-    buckets = assign_buckets(sizes, cap, min(cap, 2**20))
-    nodes, inside = max(1, gpus // GPUS_PER_NODE), min(gpus, GPUS_PER_NODE)
-    card = DGX1_NETWORK.card
-    across = Link(card.alpha, card.bandwidth * DGX1_NETWORK.cards_per_node / inside)
-    return step_timeline(
-        forward,
-        ready,
-        sizes,
-        backward,
-        0.0,
-        buckets,
-        lambda n: two_level_seconds(n, inside, nodes, V100_NVLINK, across),
-    )
+
+    def arrivals(backward):
+        return [backward * (i + 1) / pieces for i in range(pieces)], sizes
+
+    all_reduce = all_reduce_cost(gpus, DGX1_NETWORK, "two-level ring", inside_link=V100_NVLINK)
+    return ddp_step(PUBLISHED["1 GPU, no DDP"], arrivals, bucket_cap_mb, all_reduce)
