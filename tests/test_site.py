@@ -272,6 +272,12 @@ SPEAKER = """(async () => {
   press(speaker, "ArrowLeft");
   await until(() => page(window) === "Title");
   seen.push([page(window), page(speaker), speaker.location.hash, ...panel()]);
+  // The deck's answer to the speaker's hello, arriving late (after the speaker's own step):
+  // the speaker must stay where it stepped. Our listener runs after the deck's own.
+  const handled = new Promise(done => speaker.addEventListener("message", done, {once: true}));
+  speaker.postMessage({deckPage: 1, deckShown: 0, deckWelcome: true}, "*");
+  await handled;
+  seen.push([page(window), page(speaker), speaker.location.hash, ...panel()]);
   press(window, "End");
   await until(() => page(speaker) === "Second");
   seen.push([page(window), page(speaker), speaker.location.hash, ...panel()]);
@@ -295,6 +301,7 @@ def test_the_speaker_window_shows_the_notes_and_steps_with_the_deck(chromium, tm
     diff = "Speaker notes. Point at the diff."
     assert [[*row[:3], row[3].strip(), row[4]] for row in seen] == [
         ["Second", "Second", "#speaker/2", diff, "The last page."],  # opens where the deck is
+        ["Title", "Title", "#speaker/1", "Speaker notes. Welcome them.", "Next: Second"],
         ["Title", "Title", "#speaker/1", "Speaker notes. Welcome them.", "Next: Second"],
         ["Second", "Second", "#speaker/2", diff, "The last page."],
     ]

@@ -14,6 +14,7 @@
   var speaker = /^#speaker\//.test(location.hash);
   var partner = speaker ? window.opener : null; // the other window, once known
   var index = 0;
+  var stepped = false; // has this window stepped since it opened?
 
   function fragments(page) {
     return Array.prototype.slice.call(page.querySelectorAll(".fragment"));
@@ -40,9 +41,12 @@
     if (speaker) describe();
   }
 
-  function tell() {
+  // `welcome` marks the answer to a new speaker window's hello.
+  function tell(welcome) {
     if (partner && !partner.closed) {
-      partner.postMessage({ deckPage: index, deckShown: shown(pages[index]).length }, "*");
+      var where = { deckPage: index, deckShown: shown(pages[index]).length };
+      if (welcome) where.deckWelcome = true;
+      partner.postMessage(where, "*");
     }
   }
 
@@ -94,8 +98,11 @@
   window.addEventListener("message", function (event) {
     var data = event.data || {};
     if (data.deckHello) partner = event.source; // a speaker window opened from here
+    // The deck's answer to our hello is stale if the speaker has stepped meanwhile:
+    // following it would undo that step here but not in the deck.
+    if (data.deckWelcome && stepped) return;
     if (typeof data.deckPage === "number") show(data.deckPage, data.deckShown);
-    else if (data.deckHello) tell();
+    else if (data.deckHello) tell(true);
   });
 
   document.addEventListener("keydown", function (event) {
@@ -111,6 +118,7 @@
       return;
     } else return;
     event.preventDefault();
+    stepped = true;
     tell();
   });
 
@@ -120,6 +128,7 @@
       return;
     if (event.clientX < window.innerWidth / 3) back();
     else forward();
+    stepped = true;
     tell();
   });
 
