@@ -1,38 +1,70 @@
 """The time limit a reader sees in a notebook cell is the one that applies.
 
-A cell launches scripts with time limits written in it (`run(..., timeout=900)`, or
-`run`'s default of 180 s). nbmake and `course.build` stop a whole cell at the notebook's
-cell limit (`metadata.execution.timeout`, else pytest's `--nbmake-timeout`). If that
-were shorter than the limits written in the cell, the cell would be killed first and
-the reader's numbers would be false. So every notebook's cell limit must exceed the sum
-of the limits written in any of its cells, with a margin for the cell's own work.
+A cell launches scripts with time limits written in it (`run(..., timeout=900)`,
+`job.wait(120)`, `job.wait_for(pattern, 60)`, or `run`'s default of 180 s). nbmake and
+`course.build` stop a whole cell at the notebook's cell limit (`metadata.execution.timeout`,
+else pytest's `--nbmake-timeout`). If that were shorter than the limits written in the
+cell, the cell would be killed first and the reader's numbers would be false. So every
+notebook's cell limit must exceed the sum of the limits written in any of its cells, with
+a margin for the cell's own work. A limit inside a loop counts once per pass: the line
+says how many, as `# 11 launches: 440 s at most`, and that sum is the one counted.
+
+pytest-timeout's per-item limit must not cut a notebook short either: course/pytest_hooks.py
+gives each notebook item its code cells times its cell limit, tested at the end.
 """
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from course.pytest_hooks import SLOWEST_FIRST, slowness_rank
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(REPO.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 RUN_DEFAULT_SECONDS = 180  # common.launch.run's default limit
 MARGIN_SECONDS = 60
+LOOP = re.compile(r"#\s*(\d+) launches: (\d+) s at most")
+LIMITS = [
+    re.compile(r"timeout=(\d+)"),  # run(..., timeout=60), job.wait_for(..., timeout=60)
+    re.compile(r"\bwait\((\d+)"),  # job.wait(120)
+    re.compile(r"\bwait_for\((?:[^()]|\([^()]*\))*?,\s*(\d+)\s*[,)]"),  # job.wait_for(p, 120)
+]
 
 
 def written_limits(source: str) -> int:
-    """Seconds of launch limits a cell shows: each `timeout=N`, and 180 s for every
-    `run(` that gives none."""
-    explicit = sum(int(seconds) for seconds in re.findall(r"timeout=(\d+)", source))
+    """Seconds of launch limits a cell shows: each limit written in it, the sum a loop's
+    line declares instead of its own limit, and 180 s for every `run(` that gives none."""
+    total = 0
+    for line in source.splitlines():
+        loop = LOOP.search(line)
+        if loop:
+            total += int(loop[2])
+        else:
+            total += sum(int(seconds) for limit in LIMITS for seconds in limit.findall(line))
     runs_without = sum(
         "timeout=" not in call for call in re.findall(r"\brun\((?:[^()]|\([^()]*\))*\)", source)
     )
-    return explicit + RUN_DEFAULT_SECONDS * runs_without
+    return total + RUN_DEFAULT_SECONDS * runs_without
 
 
 def pytest_cell_limit() -> int:
     addopts = (REPO / "pyproject.toml").read_text()
     return int(re.search(r"--nbmake-timeout=(\d+)", addopts).group(1))
+
+
+def loop_lines():
+    """(notebook, line) for every line that declares a loop's launches."""
+    for notebook in NOTEBOOKS:
+        for cell in json.loads(notebook.read_text())["cells"]:
+            for line in "".join(cell["source"]).splitlines():
+                if LOOP.search(line):
+                    yield notebook.name, line
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.name)
@@ -49,15 +81,24 @@ def test_the_cell_limit_exceeds_the_limits_written_in_every_cell(notebook):
             )
 
 
-def test_written_limits_counts_explicit_and_default_limits():
+def test_written_limits_counts_explicit_positional_default_and_loop_limits():
     assert written_limits('run("torchrun a.py", timeout=900)') == 900
     assert written_limits('run(f"python {x(1)}")\nrun("b", timeout=5)') == 185
     assert written_limits("a.wait(timeout=60)\nb.wait_for('x', timeout=1)") == 61
+    assert written_limits("a.wait(120, expect_failure=True)\nb.wait_for(r'x (\\d+)', 30)") == 150
+    assert written_limits("    run(c, timeout=40)  # 11 launches: 440 s at most\nwait(5)") == 445
+
+
+def test_a_loop_declares_its_launches_times_its_limit():
+    lines = list(loop_lines())
+    assert lines, "no notebook declares a loop's launches: the pattern no longer matches"
+    for name, line in lines:
+        count, total = map(int, LOOP.search(line).groups())
+        limits = [int(seconds) for limit in LIMITS for seconds in limit.findall(line)]
+        assert limits and count * max(limits) == total, f"{name}: {line.strip()}"
 
 
 def test_the_build_applies_the_same_cell_limit_as_nbmake():
-    import nbformat
-
     from course.build import CELL_TIMEOUT_SECONDS, cell_limit
 
     assert CELL_TIMEOUT_SECONDS == pytest_cell_limit()
@@ -65,3 +106,69 @@ def test_the_build_applies_the_same_cell_limit_as_nbmake():
         nb = nbformat.read(notebook, as_version=4)
         expected = nb.metadata.get("execution", {}).get("timeout", pytest_cell_limit())
         assert cell_limit(nb) == expected
+
+
+def test_the_suite_runs_the_slowest_items_first():
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    nodeids = [line for line in collected.splitlines() if "::" in line]
+    ranks = [slowness_rank(nodeid) for nodeid in nodeids]
+    assert ranks == sorted(ranks), nodeids[:40]
+    # Every name in the list still names an item (a renamed file would drop out silently).
+    assert set(ranks) == set(range(len(SLOWEST_FIRST) + 1))
+
+
+NOTEBOOK_OF_TWO_NAPS = {
+    "cells": [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": "import time\ntime.sleep(2)",
+        }
+    ]
+    * 2,
+    "metadata": {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+    },
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+@pytest.mark.parametrize("hooks", [True, False], ids=["with the hooks", "without"])
+def test_a_notebook_may_run_as_long_as_its_cells_limits_allow(tmp_path, hooks):
+    # Two cells of 2 s under a cell limit of 10 s, and pytest-timeout's limit of 3 s per
+    # item: the notebook passes only if the hooks give it its cells' 20 s.
+    (tmp_path / "naps.ipynb").write_text(json.dumps(NOTEBOOK_OF_TWO_NAPS))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--nbmake",
+            "--nbmake-timeout=10",
+            "-o",
+            "timeout=3",
+            "-p",
+            "no:cacheprovider",
+            *(["-p", "course.pytest_hooks"] if hooks else []),
+            "naps.ipynb",
+        ],
+        cwd=tmp_path,
+        env=os.environ | {"PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if hooks:
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        assert result.returncode == 1 and "Timeout" in result.stdout, result.stdout
