@@ -1,0 +1,49 @@
+"""@record in the lesson scripts torchrun launches: what a worker raises reaches
+torchrun's failure report, with the worker's own traceback (lesson 03's claim).
+
+The failure is injected from outside, by a `sitecustomize` module that makes every
+backward() raise, so the scripts run as a learner reads them. Without @record, torchrun's
+report says `error_file: <N/A>` and has no traceback (tests/test_launch.py shows both
+sides on a stand-in script).
+"""
+
+import os
+
+import pytest
+from conftest import REPO
+
+from common.launch import run
+
+INJECTED = "injected by the test: this backward() fails"
+SITECUSTOMIZE = f"""
+import torch
+
+
+def backward(*args, **kwargs):
+    raise RuntimeError({INJECTED!r})
+
+
+torch.Tensor.backward = backward
+"""
+
+
+@pytest.mark.parametrize(
+    "script", ["03_fault_tolerance/multigpu_torchrun.py", "04_multinode/multinode.py"]
+)
+def test_a_workers_exception_reaches_torchruns_report_with_its_traceback(tmp_path, script):
+    injection = tmp_path / "injection"
+    injection.mkdir()
+    (injection / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    output = run(
+        f"torchrun --standalone --nproc_per_node=2 {REPO / script} 2 1",
+        cwd=tmp_path,
+        env={"PYTHONPATH": os.pathsep.join([str(injection), str(REPO)])},
+        expect_failure=True,
+        quiet=True,
+        timeout=120,
+    )
+    report = output.split("Root Cause (first observed failure)")[1]
+    assert "error_file: <N/A>" not in report, report
+    assert "traceback : Traceback (most recent call last):" in report, report
+    assert f"RuntimeError: {INJECTED}" in report, report
+    assert f'{script.split("/")[1]}", line' in report, report  # the script's own frames
