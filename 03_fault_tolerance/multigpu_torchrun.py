@@ -76,7 +76,7 @@ from common.distributed import (
 from common.models import regression_model
 from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
 from common.random_state import RandomState, gather_random_states, restore_random_state
-from common.snapshot import SnapshotError, load, save_atomic
+from common.snapshot import SnapshotError, load, prepare_folder, save_atomic
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5"
 SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "steps_run", "loss_so_far", "rng_state")
@@ -141,6 +141,7 @@ class Trainer:
         self.epochs_run = 0  # epochs finished
         self.steps_run = 0  # and steps of the next one, after a stop in its middle
         self.loss_so_far = 0.0  # that epoch's loss until the stop, summed over the ranks
+        prepare_folder(snapshot_path)  # a path that cannot hold one: one line, now
         # Before the DDP wrap, on every rank: each replica resumes from the same state.
         if snapshot_path.exists():
             self._load_snapshot(snapshot_path)

@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from common.distributed import log0
-from common.snapshot import SnapshotError, load
+from common.snapshot import SnapshotError, load, prepare_folder
 
 NO_SNAPSHOT = -1  # the epochs_run a rank reports when it sees no snapshot
 UNREADABLE = -2  # ... and when it sees one that it cannot read
@@ -65,13 +65,14 @@ def newest_snapshot(snapshot_path: Path, keys: tuple[str, ...], device) -> Resum
     Raises SnapshotError, on every rank and with the same one-line message, when some
     rank sees a snapshot file it cannot read."""
     state, problem = None, ""
-    if snapshot_path.exists():
-        try:
+    try:
+        prepare_folder(snapshot_path)  # a path that cannot hold one: said now, not at a save
+        if snapshot_path.exists():
             # On the CPU: the state may be sent to the other ranks, and a CUDA tensor
             # would arrive on the sender's GPU number. load_state_dict moves it later.
             state = load(snapshot_path, keys, map_location="cpu")
-        except SnapshotError as error:
-            problem = str(error)
+    except SnapshotError as error:
+        problem = str(error)
     epochs_run = UNREADABLE if problem else NO_SNAPSHOT if state is None else state["epochs_run"]
     # Steps of the next epoch: a snapshot saved when the job was asked to stop.
     steps_run = 0 if state is None else state.get("steps_run", 0)

@@ -40,6 +40,29 @@ def temporary_files(path: str | os.PathLike) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.*.tmp"))
 
 
+def prepare_folder(path: str | os.PathLike) -> None:
+    """Make the folder that will hold the snapshot at `path`, at start-up, or raise
+    SnapshotError in one line: a path that cannot hold a snapshot (under a file, in a
+    folder this process cannot write) is then refused before any training, not found out
+    by a traceback at the first save."""
+    path = Path(path)
+    advice = "point the script at a snapshot path in a folder you can write"
+    folder = path.parent
+    nearest = next(place for place in (folder, *folder.parents) if place.exists())
+    if not nearest.is_dir():
+        raise SnapshotError(f"cannot keep snapshots at {path}: {nearest} is a file; {advice}")
+    if path.is_dir():
+        raise SnapshotError(f"cannot keep snapshots at {path}: it is a folder; {advice}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SnapshotError(
+            f"cannot keep snapshots at {path}: {error.strerror}; {advice}"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SnapshotError(f"cannot keep snapshots at {path}: {folder} is not writable; {advice}")
+
+
 def save_atomic(state: dict, path: str | os.PathLike) -> None:
     """Write `state` to `path` so that `path` always holds a complete snapshot, even
     with several processes writing it at once."""

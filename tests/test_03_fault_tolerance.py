@@ -76,3 +76,14 @@ def test_a_crash_that_can_never_happen_is_refused(tmp_path):
         "torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5"
     ]  # refused before any training
     assert not (tmp_path / "snapshot.pt").exists()
+
+
+def test_a_snapshot_path_under_a_file_is_refused_in_one_line_before_training(tmp_path):
+    (tmp_path / "runs").write_text("a file where the snapshot's folder should be")
+    result = one_worker(tmp_path, "2", "1", "--snapshot_path", "runs/snapshot.pt")
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[1:] == [
+        "[rank0] cannot keep snapshots at runs/snapshot.pt: runs is a file; point the script "
+        "at a snapshot path in a folder you can write"
+    ]  # at start-up: before this, the first save raised FileExistsError, after an epoch
+    assert "Traceback" not in result.stderr

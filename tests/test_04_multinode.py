@@ -140,6 +140,20 @@ def test_an_unreadable_snapshot_on_one_node_stops_every_rank_with_one_line(tmp_p
     assert (a / "snapshot.pt").read_bytes() == good  # nothing trained, nothing saved
 
 
+def test_a_snapshot_path_that_is_a_folder_on_one_node_stops_every_rank_with_one_line(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    (b / "snapshot.pt").mkdir(parents=True)  # where the snapshot file should go
+    outputs = two_nodes([a, b], 2, expect_failure=True)
+    rank, node = worker(outputs[1])
+    lines = [line for output in outputs for line in OUR_LINE.findall(output)]
+    assert [line for line in lines if "pid=" not in line] == [
+        f"[rank0] rank {rank} on node {node}: cannot keep snapshots at snapshot.pt: it is a "
+        "folder; point the script at a snapshot path in a folder you can write"
+    ]  # said once, by rank 0, for every rank, at start-up
+    assert list(a.iterdir()) == []  # nothing trained, nothing saved
+
+
 def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_path):
     """What the agreement prevents (lesson 04, the lost disk): each rank loads only its
     own copy, as in lesson 03. Node 0 lost its disk; node 1 has a snapshot of 6 epochs.

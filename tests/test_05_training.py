@@ -213,6 +213,18 @@ def test_a_snapshot_of_other_settings_or_another_model_is_refused_in_one_line(
     assert line.startswith("main.py: snapshot snapshot.pt does not fit this model (size")
 
 
+def test_a_snapshot_path_under_a_file_is_refused_in_one_line(tmp_path):
+    (tmp_path / "runs").write_text("a file where the snapshot's folder should be")
+    output = run(
+        f"torchrun --standalone --nproc_per_node=2 {MAIN} trainer.snapshot_path=runs/s.pt",
+        cwd=tmp_path,
+        quiet=True,
+        expect_failure=True,
+    )
+    line = refusal(output, "cannot keep snapshots")
+    assert line.startswith("main.py: cannot keep snapshots at runs/s.pt: runs is a file; point")
+
+
 def test_a_global_batch_that_does_not_divide_among_the_processes_is_refused(tmp_path):
     """Checked once the world size is known. (The notebook checks that a finished run
     says so, and that trainer.max_steps stops mid-epoch with a validation and a
