@@ -39,7 +39,9 @@ import os
 import queue
 import re
 import shlex
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -84,6 +86,7 @@ class Command:
         self._stream = LineStream(self.prefix, quiet)
         self.lines = self._stream.lines  # the lines so far, for `wait_for` and notebooks
         self.returncode: int | None = None
+        self._log_dir: str | None = None  # torchrun's, below
         self._tree = ProcessTree()
         if not quiet:
             print(f"{self.prefix}$ {command}", flush=True)
@@ -105,6 +108,12 @@ class Command:
                 # this machine, where 127.0.0.1 always works: torchrun reads
                 # --local-addr from PET_LOCAL_ADDR. An explicit --local-addr wins.
                 child_env.setdefault("PET_LOCAL_ADDR", "127.0.0.1")
+            # torchrun keeps its workers' error files in a new folder of the system's
+            # temporary folder, and leaves it there: one per launch, thousands per
+            # suite run. Here (--log-dir, read from PET_LOG_DIR) the folder is this
+            # command's own, removed when the command ends: its output says it all.
+            self._log_dir = tempfile.mkdtemp(prefix="torchrun-logs-")
+            child_env.setdefault("PET_LOG_DIR", self._log_dir)
         self._process = subprocess.Popen(
             argv,
             cwd=cwd,
@@ -138,6 +147,8 @@ class Command:
         if self._process.poll() is not None and self.returncode is None:
             self._tree.kill()
             self.returncode = self._process.returncode
+            if self._log_dir:
+                shutil.rmtree(self._log_dir, ignore_errors=True)
         while True:
             try:
                 line = self._pending.get_nowait()

@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON, REPO, SCRIPTS, is_gone, pids_in
@@ -239,3 +240,19 @@ def test_a_standalone_worker_finds_the_store_at_127_0_0_1(tmp_path):
     script.write_text("import os; print('MASTER_ADDR', os.environ['MASTER_ADDR'])\n")
     output = run(f"torchrun --standalone --nproc_per_node=1 {script}", quiet=True)
     assert "MASTER_ADDR 127.0.0.1\n" in output
+
+
+def test_torchrun_keeps_its_error_files_in_a_folder_of_its_own_and_leaves_nothing(tmp_path):
+    """torchrun's default is a new torchelastic_* folder in the temporary folder, left
+    there after every launch; `start` gives each launch its own and removes it."""
+    children_temp = tmp_path / "temp"  # where torchrun would put its default folder
+    children_temp.mkdir()
+    script = f"torchrun --standalone --nproc_per_node=1 {SCRIPTS / 'raises_in_worker.py'}"
+    output = run(
+        f"{script} --record", env={"TMPDIR": str(children_temp)}, expect_failure=True, quiet=True
+    )
+    error_file = Path(re.search(r"error_file: (\S+)", output)[1])
+    logs = error_file.parents[3]  # logs/<run id>/attempt_0/<local rank>/error.json
+    assert logs.name.startswith("torchrun-logs-"), error_file
+    assert not logs.exists()
+    assert list(children_temp.iterdir()) == []
