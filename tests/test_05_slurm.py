@@ -14,6 +14,7 @@ import subprocess
 import torch
 from conftest import REPO, lesson_module
 
+from common.ports import free_port
 from course.cluster import slurm
 
 LESSON = REPO / "05_mingpt"
@@ -69,20 +70,22 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     # resume from rank 0's snapshot. Without a fresh rendezvous store per round (see
     # the script) the new workers dial the dead ones' addresses and the job hangs.
     crash = "--crash_rank 3 --crash_epoch 1 --crash_step 10"
+    port = free_port()  # reserved: the script's own pick could be taken before the bind
     output = slurm.run_sbatch(
         SBATCH,
         "--data",
         str(data),
         *f"{TINY} {crash}".split(),
         cwd=lesson,
-        export={"LOGLEVEL": "INFO"},
+        export={"LOGLEVEL": "INFO", "RDZV_PORT": str(port)},
         timeout=240,
     )
 
     assert re.search(
         r"job \d+: 2 node\(s\) x 2 process\(es\) \(CPUs, gloo\), "
-        r"rendezvous at node1 \(127\.0\.0\.1\):\d+",
+        rf"rendezvous at node1 \(127\.0\.0\.1\):{port}$",
         output,
+        re.M,
     ), output
     # Two agents, one per node, each starting two workers: ranks 0-1 and 2-3 of four,
     # in the first attempt and again after the restart.

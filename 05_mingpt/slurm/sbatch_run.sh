@@ -8,6 +8,8 @@
 #                                                     # the node's GPUs, else 2)
 #   sbatch --gpus-per-node=0 slurm/sbatch_run.sh      # a CPU-only cluster (or delete
 #                                                     # the --gpus-per-node line)
+#   RDZV_PORT=29500 sbatch slurm/sbatch_run.sh        # the rendezvous port (default:
+#                                                     # one free on the head node now)
 #
 # It asks for 4 GPUs per node (one process each) and 2 CPU cores per node: give the
 # workers more cores on a real cluster, for data loading (--cpus-per-task), and add
@@ -73,10 +75,12 @@ max_restarts=${MAX_RESTARTS:-1}
 # resolve on the other nodes (nor on this machine's local test cluster).
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 head_node_addr=$(scontrol show node "$head_node" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
-# This script runs on the first node of the allocation, the head node: ask its kernel
-# for a port that is free there now, instead of a fixed number that another job on
-# the same node may hold. (torchrun's rendezvous binds it a moment later.)
-port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+# This script runs on the first node of the allocation, the head node: unless told a
+# port (RDZV_PORT), ask its kernel for one that is free there now, instead of a fixed
+# number that another job on the same node may hold. (torchrun's rendezvous binds it a
+# moment later: a port from the kernel's ephemeral range may be taken meanwhile by a
+# connection on that node, which is why the course's tests pass one they reserved.)
+port=${RDZV_PORT:-$("$python" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')}
 
 # When a worker dies, its node's torchrun restarts the group (--max-restarts) and the
 # other nodes' torchruns follow. By default the workers of every attempt share one
