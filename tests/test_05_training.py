@@ -11,7 +11,9 @@ import math
 import re
 import shutil
 import signal
+import tempfile
 from itertools import pairwise
+from pathlib import Path
 
 import psutil
 import pytest
@@ -28,8 +30,8 @@ MAIN = LESSON / "main.py"
 char_dataset = lesson_module("05_mingpt", "char_dataset")
 gpt = lesson_module("05_mingpt", "model")
 
-# A tiny model on a short text: 42 steps per epoch of a global batch of 16 (2 processes
-# x 2 micro-batches x 4: a resume skips 2 micro-batches per step done), seconds a run.
+# A tiny model on a short text: a global batch of 16 (2 processes x 2 micro-batches x 4:
+# a resume skips 2 micro-batches per step done), seconds a run; STEPS_PER_EPOCH below.
 # Dropout is on so that the resume must restore every rank's random stream to replay
 # exactly, and mixed precision is bf16. Validation every 15 steps falls inside the
 # progress intervals of 10; a snapshot every 10 steps.
@@ -40,14 +42,29 @@ TINY = (
     "trainer.sample_chars=40 trainer.amp=bf16"
 )
 TOKENS_PER_STEP = 16 * 32  # global batch x block size
+TEXT_CHARS = 24_000
+SAVE_EVERY_STEPS = 10
+config = lesson_module("05_mingpt", "config")
+
 VALIDATION = re.compile(r"\[rank0\] end of epoch (\d)/2: step \d+/\d+ validation loss ([\d.]+)")
 
 
 def write_text(folder):
     text, _ = char_dataset.load_text(None)
     path = folder / "text.txt"
-    path.write_text(text[:24_000], encoding="utf-8")
+    path.write_text(text[:TEXT_CHARS], encoding="utf-8")
     return path
+
+
+def steps_per_epoch() -> int:
+    """Global batches in one epoch of the tiny run's text, as main.py counts them."""
+    with tempfile.TemporaryDirectory() as folder:
+        text = write_text(Path(folder))
+        _, train_set, _, _ = char_dataset.build_datasets(str(text), 32, 0.1, 1337)
+    return len(train_set) // 16
+
+
+STEPS_PER_EPOCH = steps_per_epoch()
 
 
 def train(folder, text, extra="", torchrun_options="", env=None):
@@ -84,8 +101,11 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, t
         r"\[rank1\] injected failure: pid \d+ kills itself at epoch 1 step 17", crashed
     )
     assert crashed.count("injected failure") == 1  # once: not again after the restart
-    # Step 17 of epoch 1 is step 59; the last snapshot, of every 10 steps, is step 50's.
-    assert "resuming from snapshot snapshot.pt: 1 epochs, 50 steps done" in crashed
+    # Step 17 of epoch 1, and the last snapshot before it (one every 10 steps).
+    crash_step = STEPS_PER_EPOCH + 17
+    last_save = crash_step // SAVE_EVERY_STEPS * SAVE_EVERY_STEPS
+    assert last_save > STEPS_PER_EPOCH  # a resume mid-epoch, the case this test is for
+    assert f"resuming from snapshot snapshot.pt: 1 epochs, {last_save} steps done" in crashed
     assert "[rank0] finished after 1 restart(s)" in crashed
     assert "injected failure" not in straight and "resuming" not in straight
 
@@ -93,7 +113,7 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, t
         torch.load(folder / "snapshot.pt") for folder in (straight_folder, tmp_path / "crashed")
     ]
     assert final[0]["epochs_run"] == final[1]["epochs_run"] == 2
-    assert final[0]["step"] == final[1]["step"] == 2 * 42
+    assert final[0]["step"] == final[1]["step"] == 2 * STEPS_PER_EPOCH
     for name, tensor in final[0]["model"].items():
         assert torch.equal(tensor, final[1]["model"][name]), name
     for index, state in final[0]["optimizer"]["state"].items():
@@ -117,11 +137,12 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, t
         rows = [[(r["step"], r["loss"]) for r in m if r["kind"] == kind] for m in metrics]
         assert rows[0] == rows[1] and len(rows[0]) == len(set(rows[0])), kind
     # The clock goes on from the snapshot's: rows of both attempts, in rising order (a
-    # clock started again at the resume would fall at step 60). Not compared with the
-    # other run's time: that depends on the machine's load.
+    # clock started again at the resume would fall at the first row after it). Not
+    # compared with the other run's time: that depends on the machine's load.
     train_rows = [r for r in metrics[1] if r["kind"] == "train"]
     seconds = [r["seconds"] for r in train_rows]
-    assert seconds == sorted(seconds) and {40, 50, 60} <= {r["step"] for r in train_rows}
+    around = {last_save - SAVE_EVERY_STEPS, last_save, last_save + SAVE_EVERY_STEPS}
+    assert seconds == sorted(seconds) and around <= {r["step"] for r in train_rows}
 
     vocabulary, _, val_set, _ = char_dataset.build_datasets(str(text), 32, 0.1, 1337)
     shape = gpt.GPTShape(vocabulary.vocab_size, 32, n_layer=2, n_head=2, n_embd=32)
@@ -163,7 +184,7 @@ def test_a_stop_asked_of_one_worker_saves_that_step_exits_75_and_resumes_exactly
     folder.mkdir()
     command = f"torchrun --standalone --nproc_per_node=2 {MAIN} --data {text} {TINY}"
     job = start(command, cwd=folder, quiet=True)
-    job.wait_for(r"^\[rank0\] epoch 1/2 step 10/84 ", timeout=300)
+    job.wait_for(rf"^\[rank0\] epoch 1/2 step 10/{2 * STEPS_PER_EPOCH} ", timeout=300)
     workers = psutil.Process(job.pid).children(recursive=True)
     rank1 = next(w for w in workers if w.environ().get("RANK") == "1")
     rank1.suspend()
@@ -204,7 +225,8 @@ def test_a_snapshot_of_other_settings_or_another_model_is_refused_in_one_line(
     options = {"cwd": folder, "timeout": 300, "quiet": True, "expect_failure": True}
     output = run(command + "model.n_embd=64 optimizer.lr=0.001", **options)
     line = refusal(output, "was trained with other settings")
-    assert "(model.n_embd=32 -> 64, optimizer.lr=0.003 -> 0.001)" in line
+    lr = config.load_config(LESSON / "train_cfg.yaml", []).optimizer.lr  # the snapshot's
+    assert f"(model.n_embd=32 -> 64, optimizer.lr={lr} -> 0.001)" in line
     assert "or pass --resume_with_new_config" in line
 
     # Told to go on with new settings, it still cannot load weights of another shape.
@@ -255,7 +277,7 @@ def test_ranks_that_would_resume_from_different_points_each_say_so(straight_run,
     assert len(lines) == 2, outputs
     for line in lines:
         assert "the ranks would resume from different points" in line, line
-        assert "at step 84" in line and "from scratch" in line, line
+        assert f"at step {2 * STEPS_PER_EPOCH}" in line and "from scratch" in line, line
         assert "must be the same file for every rank" in line, line
     assert sorted(line.split(":")[1] for line in lines) == [" rank 0", " rank 1"]
 
