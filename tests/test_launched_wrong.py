@@ -6,10 +6,12 @@ until it gets its row. The commands run through `run_forked` (conftest): one
 interpreter imports torch once and forks per command, so ~100 launches take seconds.
 """
 
+import re
+import shlex
 import subprocess
 
 import pytest
-from conftest import PYTHON, REPO, run_forked
+from conftest import PYTHON, REPO, lesson_module, run_forked
 
 from course.launches import LAUNCHES
 
@@ -115,6 +117,26 @@ WRONG_VALUES = [
     ("04_multinode/node_report.py", ["--timeout", "nan"], "--timeout: 'nan' is not a positive"),
 ]
 
+
+def readme_lesson_commands() -> list[tuple[str, list[str]]]:
+    """(script, arguments) of each command in the README's block of lesson commands."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme.split("The commands of each lesson, from the repository folder:")[1]
+    block = block.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    commands = []
+    for line in block.splitlines():
+        words = [word for word in shlex.split(line) if not re.fullmatch(r"[A-Z_]+=\S*", word)]
+        script = next(i for i, word in enumerate(words) if word.endswith(".py"))
+        commands.append((words[script], words[script + 1 :]))
+    return commands
+
+
+README_COMMANDS = readme_lesson_commands()
+# The README's example of a script started the wrong way, and what it prints.
+README_REFUSAL = re.search(
+    r"```console\n\$ \.venv/bin/python (\S+)\n(.+)\n```", (REPO / "README.md").read_text()
+)
+
 # Commands also run by a real interpreter, to show the forked runner gives the same.
 COMPARED_SCRIPT = "00_intro/hello_torchrun.py"
 COMPARED_ARGUMENTS = [[], ["--bogus"], ["--epochs", "x"]]
@@ -143,6 +165,8 @@ def launched(tmp_path_factory):
     commands += [(script, arguments) for script, arguments, _ in WRONG_VALUES]
     commands += [(COMPARED_SCRIPT, arguments) for arguments in COMPARED_ARGUMENTS]
     commands += [(launch.script, launch_arguments(launch)) for launch in LAUNCHES]
+    commands += [(script, arguments + ["--bogus"]) for script, arguments in README_COMMANDS]
+    commands += [(README_REFUSAL[1], [])]
     folder = tmp_path_factory.mktemp("launched_wrong")
     results = run_forked([(REPO / script, arguments) for script, arguments in commands], folder)
     assert list(folder.iterdir()) == []  # a refused launch writes nothing (no checkpoint)
@@ -231,3 +255,22 @@ def test_the_forked_runner_gives_what_the_interpreter_gives(arguments, launched,
         real.stdout,
         real.stderr,
     )
+
+
+def test_the_readmes_lesson_commands_name_scripts_and_arguments_that_parse(launched):
+    assert len(README_COMMANDS) >= 7 and {s for s, _ in README_COMMANDS} <= set(CORRECT_ARGUMENTS)
+    for script, arguments in README_COMMANDS:
+        line = one_line_refusal(launched[script, (*arguments, "--bogus")], status=2)
+        assert line.startswith(f"{script.rsplit('/', 1)[1]}: unrecognized arguments: --bogus;")
+
+
+def test_the_readmes_lesson_05_settings_are_settings_of_main_py():
+    config = lesson_module("05_mingpt", "config")
+    for script, arguments in README_COMMANDS:
+        if script == "05_mingpt/main.py":
+            config.load_config(REPO / "05_mingpt" / "train_cfg.yaml", arguments)  # or ConfigError
+
+
+def test_the_readmes_refusal_is_what_the_script_prints(launched):
+    script, printed = README_REFUSAL.groups()
+    assert one_line_refusal(launched[script, ()], status=1) == printed + "\n"
