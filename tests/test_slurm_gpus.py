@@ -61,3 +61,39 @@ def test_the_scripts_ask_for_gpus_per_node(name):
         if line.startswith("#SBATCH")
     ]
     assert "#SBATCH --gpus-per-node=4" in directives
+
+
+def sbatch_options(path) -> tuple[list[str], list[str]]:
+    """(the #SBATCH lines before the script's first command, those after it): sbatch
+    reads the first only, and ignores the others without a word."""
+    before, after, commands_began = [], [], False
+    for line in path.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#SBATCH"):
+            (after if commands_began else before).append(stripped)
+        elif stripped and not stripped.startswith("#"):
+            commands_began = True
+    return before, after
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_sbatch_option_comes_before_the_first_command(name):
+    lesson, _ = SCRIPTS[name]
+    before, after = sbatch_options(next(lesson.glob(f"slurm/{name}")))
+    assert before and after == [], after
+
+
+def test_lesson_04_asks_for_the_early_signal_to_the_batch_script_and_a_requeue():
+    """What lesson 03 part 3 and lesson 04 say the script asks of Slurm, and the trap
+    that acts on it (the notebook sends the same signal with scancel --batch)."""
+    script = REPO / "04_multinode" / "slurm" / "multinode.sbatch"
+    before, _ = sbatch_options(script)
+    assert "#SBATCH --signal=B:USR1@120" in before and "#SBATCH --requeue" in before
+    trap = next(line for line in script.read_text().splitlines() if line.startswith("trap "))
+    assert trap.endswith(" USR1") and 'scontrol requeue "$SLURM_JOB_ID"' in trap
+
+
+def test_sbatch_options_after_a_command_are_found(tmp_path):
+    script = tmp_path / "late.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\n\nset -e\n#SBATCH --requeue\n")
+    assert sbatch_options(script) == (["#SBATCH --nodes=2"], ["#SBATCH --requeue"])
