@@ -9,6 +9,8 @@ failed.
 
     .venv/bin/python tests/stress_launches.py --rounds 12       # 12 x 28 = 336 launches
     .venv/bin/python tests/stress_launches.py --rounds 3 --only multigpu exit_abort
+    .venv/bin/python tests/stress_launches.py --rounds 12 --python_teardown  # as before
+                                                    # end_process: the scripts' old ending
 
 Run it on a quiet machine: it prints the load average first.
 """
@@ -29,18 +31,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12, help="launches of each script")
     parser.add_argument("--only", nargs="+", help="names of the launches to run")
     parser.add_argument("--time_limit", type=float, default=180, help="seconds per launch")
+    parser.add_argument(
+        "--python_teardown",
+        action="store_true",
+        help="end every script through Python's teardown, not end_process (COURSE_TEARDOWN)",
+    )
     args = parser.parse_args()
     chosen = [entry for entry in LAUNCHES if not args.only or entry.name in args.only]
     if not chosen:
         sys.exit(f"--only names none of: {', '.join(entry.name for entry in LAUNCHES)}")
 
+    ending_of = {"COURSE_TEARDOWN": "python"} if args.python_teardown else {}
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
     failures = {entry.name: 0 for entry in chosen}
     aborts = 0
     started = time.monotonic()
     for round_number in range(1, args.rounds + 1):
         for entry in chosen:
-            ending, output = run_once(entry.command(PROCESSES, REPO), args.time_limit)
+            ending, output = run_once(entry.command(PROCESSES, REPO), args.time_limit, **ending_of)
             failed = ending != "exit 0"
             name = entry.name
             if failed:

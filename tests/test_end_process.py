@@ -2,6 +2,7 @@
 group. It must keep what a normal exit does (buffered output written, exit handlers
 run, the exit code) and leave out only the interpreter's teardown."""
 
+import os
 import subprocess
 
 from conftest import PYTHON, REPO
@@ -23,10 +24,15 @@ print("not reached")
 """
 
 
-def ends(code: int) -> subprocess.CompletedProcess:
+def ends(code: int, **environment: str) -> subprocess.CompletedProcess:
     # Output to a pipe is block-buffered: nothing is written before end_process flushes.
+    variables = {name: value for name, value in os.environ.items() if name != "COURSE_TEARDOWN"}
     return subprocess.run(
-        [PYTHON, "-c", SCRIPT.format(code=code)], capture_output=True, text=True, timeout=120
+        [PYTHON, "-c", SCRIPT.format(code=code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=variables | environment,
     )
 
 
@@ -39,6 +45,13 @@ def test_output_and_exit_handlers_survive_and_the_teardown_is_skipped():
 
 def test_the_exit_code_is_the_one_given():
     assert ends(3).returncode == 3
+
+
+def test_course_teardown_python_ends_as_scripts_did_before_end_process():
+    """The stress script's switch (--python_teardown): the same scripts, the old ending."""
+    result = ends(3, COURSE_TEARDOWN="python")
+    assert result.returncode == 3
+    assert "teardown ran" in result.stdout and "not reached" not in result.stdout
 
 
 def test_every_lesson_script_that_joins_a_process_group_ends_through_it():
