@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from common.snapshot import SnapshotError, load
+from common.snapshot import SnapshotError, load, prepare_folder
 
 SNAPSHOT_KEYS = (
     "model", "optimizer", "scaler", "precision", "step", "decay_steps", "best_val_loss",
@@ -22,9 +22,13 @@ SNAPSHOT_KEYS = (
 
 
 def read_snapshot(path: Path, device: torch.device, model, optimizer, chars: str,
-                  settings: dict, accept_changes: bool) -> tuple[dict, list]:  # fmt: skip
-    """Load the snapshot at `path` into `model` and `optimizer`: (its state, notices to
-    print), or SnapshotError in one line when it cannot be resumed here."""
+                  settings: dict, accept_changes: bool) -> tuple[dict | None, list]:  # fmt: skip
+    """Load the snapshot at `path`, if there is one, into `model` and `optimizer`: (its
+    state, notices to print), (None, []) when there is none, or SnapshotError in one line
+    when it cannot be resumed here or `path` cannot hold a snapshot at all."""
+    prepare_folder(path)  # a path that cannot hold one: said now, not at the first save
+    if not path.exists():
+        return None, []
     state = load(path, SNAPSHOT_KEYS, map_location=device)  # tensors onto this device
     if state["chars"] != chars:
         raise SnapshotError(

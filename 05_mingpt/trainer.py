@@ -33,7 +33,7 @@ from common.crash_injection import die_now
 from common.distributed import log, log0
 from common.preemption import StopRequest
 from common.random_state import gather_random_states, restore_random_state
-from common.snapshot import SnapshotError, prepare_folder
+from common.snapshot import SnapshotError
 
 
 class Trainer:
@@ -101,14 +101,12 @@ class Trainer:
     def _resume(self, accept_changes: bool) -> dict | None:
         """Load the snapshot, if there is one, into the model and optimizer (before the
         DDP wrap, which broadcasts rank 0's weights); every rank agrees on it or stops."""
-        state, error = None, None
+        state, notices, error = None, [], None
         try:
-            prepare_folder(self.files.latest)  # a path that cannot hold one: said now
-            if self.files.latest.exists():
-                state, notices = read_snapshot(
-                    self.files.latest, self.device, self.raw_model, self.optimizer,
-                    self.vocabulary.chars, self.settings_saved, accept_changes,
-                )  # fmt: skip
+            state, notices = read_snapshot(
+                self.files.latest, self.device, self.raw_model, self.optimizer,
+                self.vocabulary.chars, self.settings_saved, accept_changes,
+            )  # fmt: skip
         except SnapshotError as problem:
             error = str(problem)
         check_ranks_agree(state["step"] if state else 0, error, self.global_rank, self.files.latest)
