@@ -137,3 +137,12 @@ def fake_cuda_gpus(monkeypatch, count: int) -> None:
     cuda = torch.device("cuda") if count else None
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **_: cuda)
     monkeypatch.setattr(torch.accelerator, "device_count", lambda: count)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Debian's chromium is here for the browser tests, or the test skips saying why
+    (fails under COURSE_STRICT=1)."""
+    from course import browser_check  # only the browser tests load its code
+
+    skip_or_fail(browser_check.why_no_chromium())

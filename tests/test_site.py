@@ -10,7 +10,7 @@ In chromium, the pages a reader meets first are opened and every link on them fo
 the home page, lesson 00's page and deck, a script page and its lesson's list of scripts,
 WORKSHOP, a lesson without outputs; and a search is run. `python -m course.browser_check`
 opens every page of a full build. And a broken page, to show the check fails when it
-should; and a deck's speaker window, stepping with the deck.
+should. (A deck's steps and its speaker window: tests/test_decks.py.)
 
 Chromium comes from `python3 -m course.system_packages` (CI runs it as root first);
 without it the browser tests skip and say why, or fail under COURSE_STRICT=1."""
@@ -21,11 +21,10 @@ import textwrap
 
 import nbformat
 import pytest
-from conftest import PYTHON, REPO, skip_or_fail
+from conftest import PYTHON, REPO
 from nbclient import NotebookClient
 
 from course import browser_check, site
-from course.chromium import Browser
 from course.lessons import lesson_notebooks
 from course.slides import to_slides, write_decks
 
@@ -69,11 +68,6 @@ REPRESENTATIVE = [
     ("code", 'display(Markdown("| ranks | seconds |\\n|---|---|\\n| 1 | 2.0 |\\n| 2 | 1.1 |"))'),
     ("code", 'print("rank 0 done")'),
 ]
-
-
-@pytest.fixture(scope="session")
-def chromium():
-    skip_or_fail(browser_check.why_no_chromium())
 
 
 def representative_notebook():
@@ -149,58 +143,6 @@ def test_the_site_loads_cleanly_in_chromium(chromium, built):
     assert {page: problems for page, problems in results.items() if problems} == {}
 
 
-def in_chromium(deck: str, expression: str, folder) -> tuple[list[str], object]:
-    """Serve `deck` from `folder`, open it in chromium, and evaluate `expression` there."""
-    (folder / "deck.html").write_text(deck, encoding="utf-8")
-    server, base = browser_check.serve(folder)
-    try:
-        with Browser() as browser:
-            return browser.open(base + "deck.html", expression=expression)
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-# Steps through a deck with the keyboard and reports, after each key, the page shown,
-# whether its fragment is visible, and whether the speaker notes are.
-STEP_THROUGH = """(() => {
-  const state = () => [
-    document.querySelector("section.current h1, section.current h2").textContent.replace("¶", ""),
-    document.querySelectorAll(".fragment.visible").length,
-    getComputedStyle(document.querySelector("aside.notes")).display,
-  ];
-  const seen = [state()];
-  for (const key of ["ArrowRight", "ArrowRight", "ArrowRight", "n", "ArrowLeft", "Home"]) {
-    document.dispatchEvent(new KeyboardEvent("keydown", {key}));
-    seen.push(state());
-  }
-  return [document.body.dataset.deckPages, seen];
-})()"""
-
-
-def markdown_notebook(*texts: str):
-    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(t) for t in texts])
-
-
-def test_a_deck_steps_through_pages_fragments_and_notes(chromium, tmp_path):
-    nb = markdown_notebook("# Title\n\nopening words", "## Second", "appears later", "say this")
-    nb.cells[2].metadata["slideshow"] = {"slide_type": "fragment"}
-    nb.cells[3].metadata["slideshow"] = {"slide_type": "notes"}
-    problems, (pages, seen) = in_chromium(to_slides(nb), STEP_THROUGH, tmp_path)
-
-    assert problems == []
-    assert pages == "2"
-    assert seen == [
-        ["Title", 0, "none"],
-        ["Second", 0, "none"],  # a new page: its fragment still hidden
-        ["Second", 1, "none"],  # the fragment appears
-        ["Second", 1, "none"],  # the last step: nothing further
-        ["Second", 1, "block"],  # n: the speaker notes
-        ["Second", 0, "block"],  # back: the fragment hides first
-        ["Title", 0, "block"],
-    ]
-
-
 def test_a_broken_page_fails(chromium, tmp_path):
     (tmp_path / "index.html").write_text(
         f'<!doctype html><img src="{PIXEL}"><a href="broken.html">on</a>', encoding="utf-8"
@@ -243,65 +185,3 @@ def test_the_command_exits_non_zero_on_a_broken_page(chromium, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "FAIL  index.html" in result.stdout
     assert "0 of 1 pages loaded cleanly" in result.stdout
-
-
-# Opens the speaker window from a deck (the key `s`), then steps in each window in turn
-# and reports, after each step, the page each shows and what the speaker panel says.
-# Each window tells the other by a message: wait until the other has followed.
-SPEAKER = """(async () => {
-  const press = (win, key) => win.document.dispatchEvent(new KeyboardEvent("keydown", {key}));
-  const page = win => win.document.querySelector("section.current h1, section.current h2")
-    .textContent.replace("¶", "");
-  const until = async test => {
-    for (const waited = Date.now(); !test(); ) {
-      if (Date.now() - waited > 10000) throw new Error("the other window did not follow");
-      await new Promise(resolve => setTimeout(resolve, 50));
-    }
-  };
-  const opened = new Promise(resolve => {
-    const open = window.open;
-    window.open = (...args) => { const w = open(...args); resolve(w); return w; };
-  });
-  press(window, "ArrowRight");
-  press(window, "s");
-  const speaker = await opened;
-  await until(() => speaker.document.querySelector(".deck-speaker"));
-  const panel = () => ["deck-notes", "deck-next", "deck-clock"].map(
-    part => speaker.document.querySelector("." + part).textContent);
-  const seen = [[page(window), page(speaker), speaker.location.hash, ...panel()]];
-  press(speaker, "ArrowLeft");
-  await until(() => page(window) === "Title");
-  seen.push([page(window), page(speaker), speaker.location.hash, ...panel()]);
-  // The deck's answer to the speaker's hello, arriving late (after the speaker's own step):
-  // the speaker must stay where it stepped. Our listener runs after the deck's own.
-  const handled = new Promise(done => speaker.addEventListener("message", done, {once: true}));
-  speaker.postMessage({deckPage: 1, deckShown: 0, deckWelcome: true}, "*");
-  await handled;
-  seen.push([page(window), page(speaker), speaker.location.hash, ...panel()]);
-  press(window, "End");
-  await until(() => page(speaker) === "Second");
-  seen.push([page(window), page(speaker), speaker.location.hash, ...panel()]);
-  speaker.close();
-  return seen;
-})()"""
-
-
-def test_the_speaker_window_shows_the_notes_and_steps_with_the_deck(chromium, tmp_path):
-    nb = markdown_notebook(
-        "# Title\n\nopening words",
-        "> **Speaker notes.** Welcome them.",
-        "## Second",
-        "> **Speaker notes.** Point at the diff.",
-    )
-    problems, seen = in_chromium(to_slides(nb), SPEAKER, tmp_path)
-
-    assert problems == []
-    # The clock: minutes and seconds since the window opened.
-    assert all(re.fullmatch(r"\d+:\d\d", clock) for *_, clock in seen), seen
-    diff = "Speaker notes. Point at the diff."
-    assert [[*row[:3], row[3].strip(), row[4]] for row in seen] == [
-        ["Second", "Second", "#speaker/2", diff, "The last page."],  # opens where the deck is
-        ["Title", "Title", "#speaker/1", "Speaker notes. Welcome them.", "Next: Second"],
-        ["Title", "Title", "#speaker/1", "Speaker notes. Welcome them.", "Next: Second"],
-        ["Second", "Second", "#speaker/2", diff, "The last page."],
-    ]
