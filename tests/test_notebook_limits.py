@@ -6,8 +6,9 @@ A cell launches scripts with time limits written in it (`run(..., timeout=900)`,
 else pytest's `--nbmake-timeout`). If that were shorter than the limits written in the
 cell, the cell would be killed first and the reader's numbers would be false. So every
 notebook's cell limit must exceed the sum of the limits written in any of its cells, with
-a margin for the cell's own work. A limit inside a loop counts once per pass: the line
-says how many, as `# 11 launches: 440 s at most`, and that sum is the one counted.
+a margin for the cell's own work. A limit inside a loop counts once per pass: its line,
+or the loop's line just above it, says how many, as `# 11 launches: 440 s at most`, and
+that sum is the one counted.
 
 pytest-timeout's per-item limit must not cut a notebook short either: course/pytest_hooks.py
 gives each notebook item its code cells times its cell limit, tested at the end.
@@ -40,13 +41,17 @@ LIMITS = [
 def written_limits(source: str) -> int:
     """Seconds of launch limits a cell shows: each limit written in it, the sum a loop's
     line declares instead of its own limit, and 180 s for every `run(` that gives none."""
-    total = 0
+    total, declared = 0, False
     for line in source.splitlines():
         loop = LOOP.search(line)
+        limits = [int(seconds) for limit in LIMITS for seconds in limit.findall(line)]
         if loop:
             total += int(loop[2])
+            declared = not limits  # the limit is on the next line that has one
+        elif declared and limits:
+            declared = False  # counted in the declaration
         else:
-            total += sum(int(seconds) for limit in LIMITS for seconds in limit.findall(line))
+            total += sum(limits)
     runs_without = sum(
         "timeout=" not in call for call in re.findall(r"\brun\((?:[^()]|\([^()]*\))*\)", source)
     )
@@ -59,12 +64,14 @@ def pytest_cell_limit() -> int:
 
 
 def loop_lines():
-    """(notebook, line) for every line that declares a loop's launches."""
+    """(notebook, line) for every line that declares a loop's launches, with the next
+    line when the declaration is on the loop's line."""
     for notebook in NOTEBOOKS:
         for cell in json.loads(notebook.read_text())["cells"]:
-            for line in "".join(cell["source"]).splitlines():
+            lines = "".join(cell["source"]).splitlines()
+            for number, line in enumerate(lines):
                 if LOOP.search(line):
-                    yield notebook.name, line
+                    yield notebook.name, "\n".join(lines[number : number + 2])
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.name)
@@ -87,6 +94,8 @@ def test_written_limits_counts_explicit_positional_default_and_loop_limits():
     assert written_limits("a.wait(timeout=60)\nb.wait_for('x', timeout=1)") == 61
     assert written_limits("a.wait(120, expect_failure=True)\nb.wait_for(r'x (\\d+)', 30)") == 150
     assert written_limits("    run(c, timeout=40)  # 11 launches: 440 s at most\nwait(5)") == 445
+    loop = "for x in y:  # 3 launches: 180 s at most\n    run(x, timeout=60)\nwait(5)"
+    assert written_limits(loop) == 185
 
 
 def test_a_loop_declares_its_launches_times_its_limit():
@@ -94,7 +103,9 @@ def test_a_loop_declares_its_launches_times_its_limit():
     assert lines, "no notebook declares a loop's launches: the pattern no longer matches"
     for name, line in lines:
         count, total = map(int, LOOP.search(line).groups())
-        limits = [int(seconds) for limit in LIMITS for seconds in limit.findall(line)]
+        first = line.splitlines()[0]
+        limited = first if any(limit.search(first) for limit in LIMITS) else line
+        limits = [int(seconds) for limit in LIMITS for seconds in limit.findall(limited)]
         assert limits and count * max(limits) == total, f"{name}: {line.strip()}"
 
 
