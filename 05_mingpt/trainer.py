@@ -101,7 +101,7 @@ class Trainer:
     def _resume(self, accept_changes: bool) -> dict | None:
         """Load the snapshot, if there is one, into the model and optimizer (before the
         DDP wrap, which broadcasts rank 0's weights); every rank agrees on it or stops."""
-        state, notices, error = None, [], None
+        state, error = None, None
         try:
             state, notices = read_snapshot(
                 self.files.latest, self.device, self.raw_model, self.optimizer,

@@ -1,6 +1,6 @@
 """The suite's own pytest hooks (pyproject's addopts loads them with `-p`).
 
-Two things pytest does not do by itself:
+Three things pytest does not do by itself:
 
 - Run the slowest items first. With two workers, a long item that starts last keeps
   one worker busy while the other idles. pytest's own order cannot be set from

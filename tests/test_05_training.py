@@ -214,6 +214,12 @@ def refusal(output: str, text: str) -> str:
     return lines[0]
 
 
+def refused(folder, settings: str, text: str) -> str:
+    """The one line main.py, launched with `settings` in `folder`, refuses them with."""
+    command = f"torchrun --standalone --nproc_per_node=2 {MAIN} {settings}"
+    return refusal(run(command, cwd=folder, quiet=True, expect_failure=True), text)
+
+
 def test_a_snapshot_of_other_settings_or_another_model_is_refused_in_one_line(
     straight_run, tmp_path
 ):
@@ -237,13 +243,7 @@ def test_a_snapshot_of_other_settings_or_another_model_is_refused_in_one_line(
 
 def test_a_snapshot_path_under_a_file_is_refused_in_one_line(tmp_path):
     (tmp_path / "runs").write_text("a file where the snapshot's folder should be")
-    output = run(
-        f"torchrun --standalone --nproc_per_node=2 {MAIN} trainer.snapshot_path=runs/s.pt",
-        cwd=tmp_path,
-        quiet=True,
-        expect_failure=True,
-    )
-    line = refusal(output, "cannot keep snapshots")
+    line = refused(tmp_path, "trainer.snapshot_path=runs/s.pt", "cannot keep snapshots")
     assert line.startswith("main.py: cannot keep snapshots at runs/s.pt: runs is a file; point")
 
 
@@ -251,13 +251,7 @@ def test_a_global_batch_that_does_not_divide_among_the_processes_is_refused(tmp_
     """Checked once the world size is known. (The notebook checks that a finished run
     says so, and that trainer.max_steps stops mid-epoch with a validation and a
     snapshot; test_launched_wrong, that a warm-up as long as the run is refused.)"""
-    output = run(
-        f"torchrun --standalone --nproc_per_node=2 {MAIN} trainer.global_batch_size=15",
-        cwd=tmp_path,
-        quiet=True,
-        expect_failure=True,
-    )
-    line = refusal(output, "does not divide")
+    line = refused(tmp_path, "trainer.global_batch_size=15", "does not divide")
     assert "trainer.global_batch_size=15 does not divide among 2 processes: use a multiple" in line
 
 
