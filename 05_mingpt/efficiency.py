@@ -10,14 +10,14 @@ products, which grow with the context: 12 x layers x width x context per token
 multiplied: they cost no FLOPs, and counting them (as a sum over all parameters
 does) would overstate the MFU. Biases and LayerNorm are additions, left out too.
 Multiplied by the tokens per second, it gives the FLOP/s the model does; divided by
-the peak FLOP/s of the hardware, the MFU. `tests/test_05_model.py` checks the count
+the peak FLOP/s of the hardware, the MFU. `tests/test_05_practice.py` checks the count
 against PyTorch's own FLOP counter on a forward and backward pass of this model.
 
 The peak is the datasheet's (dense, in the precision trained in) when you state it as
-`trainer.peak_tflops` (per process: one GPU's). Without it, every process times a
-large matrix product of its own at the start: the speed this machine reaches in
-practice, not a datasheet figure, so an MFU against it reads higher than one against
-a datasheet would.
+`trainer.peak_tflops` (per process: one GPU's). Without it, every process times square
+matrix products of a few sizes at the start and keeps the fastest: the speed this
+machine reaches in practice, not a datasheet figure, so an MFU against it reads higher
+than one against a datasheet would.
 """
 
 import time
@@ -45,21 +45,39 @@ def model_flops_per_token(model: nn.Module, block_size: int) -> int:
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype | None) -> float:
-    """FLOP/s of the fastest of a few square matrix products on `device`, large enough
-    to keep it busy (a GPU needs far larger ones than a CPU core)."""
-    size, dtype = (4096 if device.type == "cuda" else 1024), dtype or torch.float32
+    """FLOP/s of the fastest square matrix product on `device` in `dtype`, over sizes
+    doubling from 128 until one product takes 20 ms or the size reaches 1024 on a CPU
+    core (4096 on a GPU, which needs far larger ones to be kept busy).
+
+    The fastest of several sizes, not one size: the size a device runs fastest at
+    depends on the device and the precision. Measured on the 2-core AMD EPYC the course
+    is tested on (PyTorch 2.14.1, one thread): float32 at 78-86 GFLOP/s from 128 to 1024,
+    bf16, which that CPU lacks in hardware, at 2.8 GFLOP/s at 128 and 0.9 at 1024. A peak
+    timed at 1024 alone put a bf16 run's MFU at 110-190%, and took 40 s at every start;
+    tests/test_05_training.py checks a bf16 run's MFU stays under 100%."""
+    dtype = dtype or torch.float32
+    largest = 4096 if device.type == "cuda" else 1024
     generator = torch.Generator(device).manual_seed(0)  # not the global random stream
-    a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-    b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
-    fastest = float("inf")
-    for attempt in range(4):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        for _ in range(4):
-            a @ b
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if attempt:  # the first one warms up
-            fastest = min(fastest, (time.perf_counter() - start) / 4)
-    return 2 * size**3 / fastest
+    fastest_flops, size = 0.0, 128
+    while size <= largest:
+        a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+        b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+        seconds = min(seconds_per_product(a, b) for _ in range(3))
+        fastest_flops = max(fastest_flops, 2 * size**3 / seconds)
+        if seconds > 0.02:  # large enough to keep the device busy; larger only costs time
+            break
+        size *= 2
+    return fastest_flops
+
+
+def seconds_per_product(a: torch.Tensor, b: torch.Tensor, repeats: int = 4) -> float:
+    """Seconds one `a @ b` takes, averaged over `repeats` after one to warm up."""
+    a @ b
+    if a.device.type == "cuda":
+        torch.cuda.synchronize(a.device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    if a.device.type == "cuda":
+        torch.cuda.synchronize(a.device)
+    return (time.perf_counter() - start) / repeats

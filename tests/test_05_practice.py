@@ -1,7 +1,8 @@
 """Lesson 05, in one process, what a practitioner audits: the MFU counts the FLOPs
-PyTorch counts, weight tying, the TF32 setting, the precision `auto` chooses and
-keeps across a resume, a schedule that trains on past its end at min_lr and is not
-moved by trainer.max_steps, the snapshot files kept, and a fresh metrics file."""
+PyTorch counts, against the fastest matrix product timed; weight tying, the TF32
+setting, the precision `auto` chooses and keeps across a resume, a schedule that trains
+on past its end at min_lr and is not moved by trainer.max_steps, the snapshot files
+kept, and a fresh metrics file."""
 
 import pytest
 import torch
@@ -63,6 +64,22 @@ def test_tied_weights_share_one_matrix_counted_once():
     assert efficiency.model_flops_per_token(tied, block) == efficiency.model_flops_per_token(
         untied, block
     )  # the same products: tying saves memory, not FLOPs
+
+
+def test_the_peak_is_the_fastest_size_and_timing_stops_at_a_busy_one(monkeypatch):
+    """A device as slow per FLOP at large sizes as bf16 is on a CPU without it in
+    hardware: the peak is the small size's speed, and no size after the first that
+    takes over 20 ms is timed (on the course's CPU, the 1024 product took 2.4 s)."""
+    timed = []
+
+    def fake_seconds(a, b):
+        size = a.shape[0]
+        timed.append(size)
+        return {128: 2 * 128**3 / 3e9, 256: 2 * 256**3 / 1e9}[size]  # 3, then 1 GFLOP/s
+
+    monkeypatch.setattr(efficiency, "seconds_per_product", fake_seconds)
+    assert efficiency.peak_flops(torch.device("cpu"), torch.bfloat16) == pytest.approx(3e9)
+    assert sorted(set(timed)) == [128, 256]  # 256 took 34 ms: large enough, no 512
 
 
 def test_tf32_is_set_through_the_api_its_getter_reads():
