@@ -10,7 +10,10 @@ data loader, a debugger) while every other rank is already waiting in the all_re
 - a delay longer than `--timeout`: the waiting ranks give up with an error naming the
   timeout, instead of hanging for ever. The default timeout depends on the backend
   (`torch.distributed.constants`: gloo's is longer than nccl's; lesson 02 prints
-  both): set it with `init_process_group(timeout=...)`.
+  both): set it with `init_process_group(timeout=...)` for every collective, or with
+  `new_group(timeout=...)` for a group's. This script does the second: the timeout
+  also bounds joining, where processes that start seconds apart on a busy machine
+  would fail a short one before the lesson's all_reduces begin.
 
 Launch it (from any folder, with the path to this file):
 
@@ -51,16 +54,17 @@ def main() -> None:
         parser.error("needs at least 2 processes: a rank to be slow and one to wait for it")
 
     device = device_for(local_rank)
-    # The timeout bounds how long any collective of this group may wait.
-    timeout = timedelta(seconds=args.timeout)
+    # Joining waits, under the default timeout, for the last process to start.
     dist.init_process_group(
         backend=backend_for(device.type),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
-        timeout=timeout,
     )
-    # Ranks leave init_process_group at different moments (a tenth of a second apart on
-    # a busy machine): line them up, so that rank 1's delays are the only difference.
-    dist.barrier()
+    # The short timeout, for the all_reduces: a group of every rank, made with it (every
+    # rank calls new_group). It bounds how long any collective of the group may wait.
+    group = dist.new_group(timeout=timedelta(seconds=args.timeout))
+    # Ranks leave new_group at different moments (a tenth of a second apart on a busy
+    # machine): line them up, so that rank 1's delays are the only difference.
+    dist.barrier(group=group)
 
     for number, delay in enumerate(args.delays, start=1):
         if global_rank == SLOW_RANK:
@@ -69,7 +73,7 @@ def main() -> None:
         value = torch.ones(1, device=device)
         started = time.perf_counter()
         try:
-            dist.all_reduce(value)
+            dist.all_reduce(value, group=group)
             # On the CPU, gloo's all_reduce returns with the sum. On a GPU, nccl's returns
             # once the work is queued on the GPU: .item() waits for the sum itself.
             total = value.item()

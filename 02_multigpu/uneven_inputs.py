@@ -4,7 +4,9 @@ DDP all-reduces the gradients of every backward pass, so every rank must run the
 same number of steps. Here rank r has `--batches + r` batches: rank 0 finishes
 first and moves on to the barrier that ends the epoch, while rank 1's last backward
 waits in an all_reduce that rank 0 will never join. Neither can proceed: the job
-hangs until the process group's `--timeout` ends it with an error.
+hangs until the process group's `--timeout` ends it with an error. (DDP runs on a group
+of every rank made with that timeout, `new_group(timeout=...)`: joining keeps the
+default, so that a process that starts late does not fail a short one.)
 
 With `--join`, the loop runs inside `Join([model])`: a rank that runs out of batches
 "joins" and, until every rank has, shadows the others' all-reduces with zeros, so
@@ -84,15 +86,19 @@ def main() -> None:
             "without --join this demo pairs a barrier with a gradient all-reduce, which "
             "nccl cannot detect (undefined behaviour); run it on the CPU with DDP_DEVICE=cpu"
         )
+    # Joining waits, under the default timeout, for the last process to start.
     dist.init_process_group(
         backend=backend_for(device.type),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
-        timeout=timedelta(seconds=args.timeout),
     )
+    # The short timeout, for training: DDP's collectives, Join's and the barrier run
+    # on a group of every rank made with it (every rank calls new_group).
+    group = dist.new_group(timeout=timedelta(seconds=args.timeout))
 
     model = DDP(
         regression_model(seed=0).to(device),
         device_ids=[device.index] if device.type == "cuda" else None,
+        process_group=group,
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     # Uneven on purpose: rank r gets batches + r batches of its own samples.
@@ -135,7 +141,7 @@ def main() -> None:
         else:
             steps = train()
         log(f"ran {steps} steps; at the end-of-epoch barrier")
-        dist.barrier()
+        dist.barrier(group=group)
     except RuntimeError as error:
         waited = time.perf_counter() - started
         reason = str(error).strip().splitlines()[0]
@@ -144,7 +150,7 @@ def main() -> None:
 
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     gathered = [torch.empty_like(flat) for _ in range(world_size)]
-    dist.all_gather(gathered, flat)
+    dist.all_gather(gathered, flat, group=group)
     same = all(torch.equal(other, gathered[0]) for other in gathered)
     log(f"finished in {time.perf_counter() - started:.2f} s; models identical on all ranks: {same}")
     dist.destroy_process_group()
