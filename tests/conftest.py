@@ -95,6 +95,19 @@ def run_forked(commands: list[tuple[Path, list[str]]], cwd: Path) -> list[dict]:
     return json.loads(finished.stdout)
 
 
+def run_with_sitecustomize(tmp_path: Path, code: str, command: str, **options) -> str:
+    """`common.launch.run(command)` with `code` as the `sitecustomize` module of every
+    Python it starts (torchrun's and each worker's): a change injected from outside, so
+    that the lesson scripts run as a learner reads them."""
+    from common.launch import run
+
+    injection = tmp_path / "injection"
+    injection.mkdir()
+    (injection / "sitecustomize.py").write_text(code)
+    path = os.pathsep.join([str(injection), str(REPO)])
+    return run(command, cwd=tmp_path, env={"PYTHONPATH": path}, quiet=True, **options)
+
+
 def pids_in(output: str) -> list[int]:
     """Every number printed after 'pid' in a command's output."""
     return [int(pid) for pid in re.findall(r"pid[ =](\d+)", output)]

@@ -8,12 +8,8 @@ scripts join under the default timeout and give the short one to a group made fo
 Here a `sitecustomize` makes rank 1 start 5 s late, longer than the 2 s timeout.
 """
 
-import os
-
 import pytest
-from conftest import REPO
-
-from common.launch import run
+from conftest import REPO, run_with_sitecustomize
 
 LATE = 5  # seconds, against a 2 s timeout
 SITECUSTOMIZE = f"""
@@ -33,14 +29,10 @@ if os.environ.get("RANK") == "1":  # a worker; torchrun's own process has no RAN
     ],
 )
 def test_a_rank_that_starts_late_joins_under_the_default_timeout(tmp_path, command, finished):
-    injection = tmp_path / "injection"
-    injection.mkdir()
-    (injection / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    output = run(
+    output = run_with_sitecustomize(
+        tmp_path,
+        SITECUSTOMIZE,
         f"torchrun --standalone --nproc_per_node=2 {REPO / '02_multigpu' / command}",
-        cwd=tmp_path,
-        env={"PYTHONPATH": os.pathsep.join([str(injection), str(REPO)])},
-        quiet=True,
         timeout=120,
     )
     assert finished in output, output

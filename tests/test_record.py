@@ -7,12 +7,8 @@ report says `error_file: <N/A>` and has no traceback (tests/test_launch.py shows
 sides on a stand-in script).
 """
 
-import os
-
 import pytest
-from conftest import REPO
-
-from common.launch import run
+from conftest import REPO, run_with_sitecustomize
 
 INJECTED = "injected by the test: this backward() fails"
 SITECUSTOMIZE = f"""
@@ -31,15 +27,11 @@ torch.Tensor.backward = backward
     "script", ["03_fault_tolerance/multigpu_torchrun.py", "04_multinode/multinode.py"]
 )
 def test_a_workers_exception_reaches_torchruns_report_with_its_traceback(tmp_path, script):
-    injection = tmp_path / "injection"
-    injection.mkdir()
-    (injection / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    output = run(
+    output = run_with_sitecustomize(
+        tmp_path,
+        SITECUSTOMIZE,
         f"torchrun --standalone --nproc_per_node=2 {REPO / script} 2 1",
-        cwd=tmp_path,
-        env={"PYTHONPATH": os.pathsep.join([str(injection), str(REPO)])},
         expect_failure=True,
-        quiet=True,
         timeout=120,
     )
     report = output.split("Root Cause (first observed failure)")[1]
