@@ -278,7 +278,9 @@ def test_ranks_that_would_resume_from_different_points_each_say_so(straight_run,
 
 def test_each_progress_line_counts_its_steps_over_training_time_only(straight_run):
     """tokens/s of an interval = its steps x tokens per step / its training seconds, also
-    when a validation falls inside it (the cumulative `seconds` leaves validation out)."""
+    when a validation falls inside it (the cumulative `seconds` leaves validation out).
+    Its MFU is a fraction of the peak measured at the start, in bf16 too, which the
+    course's CPU lacks in hardware (a peak timed at 1024 x 1024 alone read 110-190%)."""
     folder, _, _ = straight_run
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     train = [record for record in records if record["kind"] == "train"]
@@ -291,12 +293,4 @@ def test_each_progress_line_counts_its_steps_over_training_time_only(straight_ru
         steps, seconds = later["step"] - earlier["step"], later["seconds"] - earlier["seconds"]
         expected = steps * TOKENS_PER_STEP / seconds
         assert later["tokens_per_second"] == pytest.approx(expected, rel=1e-9), (earlier, later)
-
-
-def test_a_bf16_runs_mfu_is_a_fraction_of_the_peak_measured_at_its_start(straight_run):
-    """The tiny run trains in bf16, which the course's CPU lacks in hardware: slower per
-    FLOP at 1024 than at 128, so a peak timed at one large size alone read 110-190%."""
-    folder, _, _ = straight_run
-    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    mfu = [record["mfu"] for record in records if record["kind"] == "train"]
-    assert len(mfu) >= 8 and all(0 < value < 1 for value in mfu), mfu
+    assert all(0 < record["mfu"] < 1 for record in train), train

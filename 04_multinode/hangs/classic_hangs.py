@@ -50,7 +50,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from common.cli import LessonArgumentParser
-from common.distributed import end_process, log, log0, torchrun_env
+from common.distributed import agent_store, end_process, log, log0, start_together, torchrun_env
 from common.hangs import add_hang_options
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 classic_hangs.py --case order --timeout 3"
@@ -110,12 +110,7 @@ def dump_flight_record(rank: int, world_size: int) -> None:
     # Recorder tutorial calls its twin, _dump_nccl_trace).
     Path(f"{prefix}{rank}").write_bytes(torch._C._distributed_c10d._dump_fr_trace())
     log(f"flight record written to {prefix}{rank}")
-    store = dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        is_master=False,
-        timeout=timedelta(seconds=RECORD_WAIT),
-    )
+    store = agent_store(RECORD_WAIT)  # torchrun's, which every worker can reach
     store.set(f"flight_record_{rank}", "written")
     try:
         store.wait([f"flight_record_{other}" for other in range(world_size)])
@@ -185,6 +180,7 @@ def main() -> None:
     faulthandler.register(signal.SIGUSR2, all_threads=True)
     # gloo on purpose, on GPU machines too: monitored_barrier is gloo's alone, and the
     # timeout below is a Python error only with gloo (nccl's watchdog aborts instead).
+    start_together(rank, world_size)  # so that a late start is not the timeout's
     dist.init_process_group(backend="gloo", timeout=timedelta(seconds=args.timeout))
     log(f"pid {os.getpid()} | case {args.case} | process-group timeout {args.timeout:g} s")
     try:

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import end_process, log, log0, torchrun_env
+from common.distributed import end_process, log, log0, start_together, torchrun_env
 from common.hangs import add_hang_options
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5"
@@ -38,6 +38,7 @@ def main() -> None:
     add_hang_options(parser, 5.0, "after each epoch", fixed="without the extra collective")
     args = parser.parse_args()
     _, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
+    start_together(global_rank, world_size)  # so that a late start is not the timeout's
     dist.init_process_group(backend="gloo", timeout=timedelta(seconds=args.timeout))
     last = world_size - 1
 
