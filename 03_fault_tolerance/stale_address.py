@@ -49,23 +49,10 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser, positive_int
-from common.distributed import end_process, log, torchrun_env
+from common.distributed import end_process, job_store, log, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 --max-restarts=1 stale_address.py"
 ROOMY = timedelta(seconds=60)  # for the meetings that are not the demonstration
-
-
-def job_store() -> dist.TCPStore:
-    """A client of the store that init_process_group uses (MASTER_ADDR:MASTER_PORT):
-    the second TCPStore of torchrun's rank-0 agent, or with
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the one that worker rank 0 of this attempt
-    starts."""
-    return dist.TCPStore(
-        os.environ["MASTER_ADDR"],
-        int(os.environ["MASTER_PORT"]),
-        is_master=False,
-        timeout=timedelta(seconds=60),
-    )
 
 
 def published_port(rank: int, store: dist.Store | None = None) -> int | None:

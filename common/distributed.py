@@ -121,20 +121,23 @@ def torchrun_env(launch_hint: str) -> tuple[int, int, int]:
     return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
-def agent_store(wait: float) -> dist.TCPStore:
-    """A connection to the key-value store torchrun's agent serves to its workers
-    (MASTER_ADDR:MASTER_PORT), whose waits give up after `wait` seconds."""
+def job_store(wait: float = 60.0) -> dist.TCPStore:
+    """A client of the store that init_process_group uses (MASTER_ADDR:MASTER_PORT),
+    whose waits give up after `wait` seconds: the second TCPStore of torchrun's rank-0
+    agent, or with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the one that worker rank 0 of
+    this attempt starts (inside init_process_group: not there before it)."""
     address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     return dist.TCPStore(address, port, is_master=False, timeout=timedelta(seconds=wait))
 
 
 def start_together(rank: int, world_size: int, wait: float = 60.0) -> None:
-    """Return once every rank of the job has called this (after `wait` seconds at most).
+    """Return once every rank of the job has called this (after `wait` seconds at most),
+    through torchrun's shared store (job_store).
     For scripts whose process group has a timeout of seconds: init_process_group waits
     that long for the last process to arrive, and on a busy machine one starts seconds
     after another. Lined up first, the ranks meet in init_process_group within
     milliseconds, and the timeout measures the lesson's hang, not a late start."""
-    store = agent_store(wait)
+    store = job_store(wait)
     store.set(f"started_{rank}", "yes")
     store.wait([f"started_{other}" for other in range(world_size)])
 

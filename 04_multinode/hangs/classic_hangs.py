@@ -50,7 +50,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from common.cli import LessonArgumentParser
-from common.distributed import agent_store, end_process, log, log0, start_together, torchrun_env
+from common.distributed import end_process, job_store, log, log0, start_together, torchrun_env
 from common.hangs import add_hang_options
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 classic_hangs.py --case order --timeout 3"
@@ -110,7 +110,7 @@ def dump_flight_record(rank: int, world_size: int) -> None:
     # Recorder tutorial calls its twin, _dump_nccl_trace).
     Path(f"{prefix}{rank}").write_bytes(torch._C._distributed_c10d._dump_fr_trace())
     log(f"flight record written to {prefix}{rank}")
-    store = agent_store(RECORD_WAIT)  # torchrun's, which every worker can reach
+    store = job_store(RECORD_WAIT)  # torchrun's, which every worker can reach
     store.set(f"flight_record_{rank}", "written")
     try:
         store.wait([f"flight_record_{other}" for other in range(world_size)])
