@@ -21,14 +21,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 import nbformat
-from ipykernel.kernelspec import get_kernel_dict
-from jupyter_client import AsyncKernelManager
-from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
-from traitlets import default
 
 from course import site, slides
+from course.kernels import CourseKernel
 from course.lessons import REPO, lesson_notebooks
 
 # A cell's time limit, as in CI (pytest's --nbmake-timeout), unless the notebook sets
@@ -39,24 +36,6 @@ CELL_TIMEOUT_SECONDS = 240
 def cell_limit(nb) -> int:
     """Seconds a cell of this notebook may run: the notebook's own limit, as nbmake reads it."""
     return nb.metadata.get("execution", {}).get("timeout", CELL_TIMEOUT_SECONDS)
-
-
-class ThisPython(KernelSpecManager):
-    """Kernels run the Python that runs the build. Asked for "python3", Jupyter would
-    take the first kernelspec of that name it finds, and a user-level one (another
-    Python, another environment) comes first: the notebooks then fail with "No module
-    named 'common'"."""
-
-    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        return KernelSpec(**get_kernel_dict())  # ipykernel's own spec, for sys.executable
-
-
-class ThisPythonKernel(AsyncKernelManager):
-    """nbclient's kernel manager, with `ThisPython` as its kernelspecs."""
-
-    @default("kernel_spec_manager")
-    def _this_python(self) -> KernelSpecManager:
-        return ThisPython()
 
 
 def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
@@ -70,7 +49,7 @@ def execute(notebook: Path, out_dir: Path) -> tuple[bool, float]:
             nb,
             timeout=cell_limit(nb),
             kernel_name="python3",
-            kernel_manager_class=ThisPythonKernel,
+            kernel_manager_class=CourseKernel,
             resources={"metadata": {"path": str(notebook.parent)}},
         ).execute()
     except (CellExecutionError, CellTimeoutError) as error:
