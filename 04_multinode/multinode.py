@@ -48,6 +48,7 @@ from common.crash_injection import (
     check_crash_plan,
     crash_plan,
     die_now,
+    restarts_of_the_job,
 )
 from common.data import SyntheticRegression
 from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
@@ -305,22 +306,6 @@ def main(
     finished = trainer.train(total_epochs)
     dist.destroy_process_group()
     return 0 if finished else RESUMABLE_EXIT_CODE  # 75: stopped, resume me
-
-
-def restarts_of_the_job(device: torch.device) -> int:
-    """How often the group has restarted, on any node (0 on the job's first attempt).
-
-    TORCHELASTIC_RESTART_COUNT is per agent: it counts the restarts that the failures of
-    *this node's* workers caused. When another node's worker dies, this node's agent
-    restarts its workers too, and if they were still healthy when it noticed (it sees a
-    new rendezvous round, not a failure), their count stays 0. A crash keyed on "count
-    0" alone would then fire again wherever its rank lands on such a node (c10d can
-    number the nodes differently after a restart). The job has restarted if any agent
-    has: take the largest count over all ranks.
-    """
-    count = torch.tensor([int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))], device=device)
-    dist.all_reduce(count, op=dist.ReduceOp.MAX)
-    return int(count.item())
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ is saved, and the workers exit with 75 ("stopped, resume me"); the next launch i
 same folder resumes it exactly.
 
 `--crash_epoch E --crash_step S [--crash_rank R]` (as in lesson 03, counted from 0)
-kills rank R hard at step S of epoch E, in the first attempt only: torchrun restarts
+kills rank R hard at step S of epoch E, in the job's first attempt only (on any node:
+lesson 04's rule, common/crash_injection.py): torchrun restarts
 the group (it needs --max-restarts) and training resumes from the last snapshot,
 ending with the same weights as a run that never crashed. The variable gives every
 attempt a fresh store for the workers: by default torchrun keeps one across restarts,
@@ -48,6 +49,7 @@ from schedule import count_steps, micro_batching
 from trainer import Trainer
 
 from common.cli import LessonArgumentParser
+from common.crash_injection import add_crash_arguments, crash_plan, restarts_of_the_job
 from common.distributed import (
     backend_for,
     current_rank,
@@ -73,10 +75,7 @@ def parse_arguments():
         action="store_true",
         help="resume a snapshot trained with other settings (e.g. more epochs)",
     )
-    crash = parser.add_argument_group("failure injection (once per job: not after a restart)")
-    crash.add_argument("--crash_epoch", type=int, help="epoch at which a worker dies (from 0)")
-    crash.add_argument("--crash_step", type=int, default=0, help="step of that epoch (from 0)")
-    crash.add_argument("--crash_rank", type=int, default=0, help="global rank that dies")
+    add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step, as in lesson 03
     return parser, parser.parse_args()
 
 
@@ -154,15 +153,15 @@ def main() -> int:
         micro_batching(config, world_size)  # before any process group forms
     except ConfigError as error:
         fail(parser, str(error))
-    crash_at = None
-    if args.crash_epoch is not None:
-        crash_at = (args.crash_rank, args.crash_epoch, args.crash_step)
+    crash_at = crash_plan(args)
 
     device = device_for(local_rank)
     dist.init_process_group(
         backend=backend_for(device.type),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
+    if crash_at is not None and restarts_of_the_job(device) > 0:
+        crash_at = None  # the failure is injected once per job (lesson 04), not per attempt
     for line in describe(config):
         log0(f"config {line}")
     log0(

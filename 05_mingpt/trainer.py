@@ -12,7 +12,6 @@ progress lines with tokens/s and MFU (efficiency.py); and a metrics file.
 
 import json
 import math
-import os
 from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
@@ -250,9 +249,8 @@ class Trainer:
         return True
 
     def _crash_if_planned(self, epoch: int, step_in_epoch: int) -> None:
-        # "Once": torchrun counts its restarts; the restarted group must not crash again.
-        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-        if first_attempt and self.crash_at == (self.global_rank, epoch, step_in_epoch):
+        # main() clears crash_at after a restart, so the restarted group gets past here.
+        if self.crash_at == (self.global_rank, epoch, step_in_epoch):
             die_now(epoch, step_in_epoch)  # SIGKILL, like the out-of-memory killer
 
     def _progress(self, epoch: int) -> None:

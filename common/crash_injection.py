@@ -1,16 +1,18 @@
 """Failures on purpose: a worker that kills itself at a chosen rank, epoch and step.
 
-Introduced in 03_fault_tolerance; used by 03_fault_tolerance and 04_multinode, whose
-scripts take `--crash_rank R --crash_epoch E --crash_step S`. Each script decides
-*when* its plan applies (lesson 03: torchrun's first attempt only; lesson 04: the
-job's first attempt on any node); this module parses the plan, refuses one that can
-never happen, and dies the way a real failure does.
+Introduced in 03_fault_tolerance; used by 03_fault_tolerance, 04_multinode and
+05_mingpt, whose scripts take `--crash_rank R --crash_epoch E --crash_step S`. This
+module parses the plan, refuses one that can never happen, and dies the way a real
+failure does. A plan applies once per job, not again after torchrun restarts the group:
+lesson 03 (one node) reads torchrun's restart count; lessons 04 and 05, which may run on
+several nodes, take the job's count from every rank (`restarts_of_the_job`).
 """
 
 import argparse
 import os
 import signal
 
+import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser, natural_int
@@ -53,3 +55,20 @@ def die_now(epoch: int, step: int) -> None:
     log(f"injected failure: pid {os.getpid()} kills itself at epoch {epoch} step {step}")
     # SIGKILL, like the out-of-memory killer: no exception, no clean-up, no goodbye.
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def restarts_of_the_job(device: torch.device) -> int:
+    """How often the group has restarted, on any node (0 on the job's first attempt).
+    A collective: every rank calls it.
+
+    TORCHELASTIC_RESTART_COUNT is per agent: it counts the restarts that the failures of
+    *this node's* workers caused. When another node's worker dies, this node's agent
+    restarts its workers too, and if they were still healthy when it noticed (it sees a
+    new rendezvous round, not a failure), their count stays 0. A crash keyed on "count
+    0" alone would then fire again wherever its rank lands on such a node (c10d can
+    number the nodes differently after a restart). The job has restarted if any agent
+    has: take the largest count over all ranks.
+    """
+    count = torch.tensor([int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))], device=device)
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
