@@ -6,16 +6,8 @@ rank 0 saves a snapshot (model, optimizer, epochs finished, random state) atomic
 every `save_every` epochs and at the end; every process that starts finds the
 snapshot and resumes where it left off. When a worker dies, torchrun (given
 `--max-restarts`) stops the others and starts the group again, and training goes on
-where the snapshot left it.
-
-Asked to stop (SIGTERM to torchrun, which forwards it: a time limit, a preemption,
-`kill` on torchrun; or SIGTERM or SIGUSR1 to any one worker), every rank stops at the
-same step, rank 0 saves a snapshot of that step, and every
-rank exits with code 75, "stopped, resume me": launched again, it goes on from that
-step, losing nothing (the notebook of part 3 shows it, and what `--no_stop_handler`
-loses without it). SIGUSR1 to torchrun itself kills the agent, not the training: it is
-not among the signals torchrun forwards by default (`--signals-to-handle`), and the
-workers, in a session of their own, never hear it.
+where the snapshot left it. (Asked to stop, by a time limit or a preemption, it dies
+like any process: part 3 adds the stop, in `multigpu_preemptible.py`.)
 
 Launch it (from any folder, with the path to this file):
 
@@ -29,20 +21,10 @@ the notebook.)
 
 `--batch_size` (default 32) is per process. It writes `snapshot.pt` to the current
 folder (`--snapshot_path` to change it) and resumes from it when it is there: delete
-it to start from scratch.
-
-Elastic: agents that join and leave a running job (the notebook shows it), meeting at
-a rendezvous store of their own (`rendezvous_server.py`). In one terminal, then in
-one or two more:
-
-    python rendezvous_server.py PORT
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:2 --nproc_per_node=1 \\
-        --max-restarts=3 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT \\
-        --rdzv_id=elastic --rdzv_conf=is_host=false --local-addr=127.0.0.1 \\
-        multigpu_torchrun.py 200 1
+it to start from scratch. Part 2 runs it as an elastic job, agents joining and leaving
+(`rendezvous_server.py` says how).
 """
 
-import itertools
 import os
 from pathlib import Path
 
@@ -74,12 +56,11 @@ from common.distributed import (
     world_on_this_machine,
 )
 from common.models import regression_model
-from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
 from common.random_state import RandomState, gather_random_states, restore_random_state
 from common.snapshot import SnapshotError, load, prepare_folder, save_atomic
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5"
-SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "steps_run", "loss_so_far", "rng_state")
+SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "rng_state")
 SHUFFLE_SEED = 0
 
 
@@ -126,8 +107,7 @@ class Trainer:
         device: torch.device,
         save_every: int,
         snapshot_path: Path,
-        crash_at: CrashPlan | None = None,
-        stop: StopRequest | None = None,
+        crash_at: CrashPlan | None,
     ) -> None:
         self.device = device
         self.global_rank = dist.get_rank()
@@ -137,10 +117,7 @@ class Trainer:
         self.save_every = save_every
         self.snapshot_path = snapshot_path
         self.crash_at = crash_at  # (rank, epoch, step) at which to die, or None
-        self.stop = stop  # notes SIGTERM and SIGUSR1; None: they kill the process
         self.epochs_run = 0  # epochs finished
-        self.steps_run = 0  # and steps of the next one, after a stop in its middle
-        self.loss_so_far = 0.0  # that epoch's loss until the stop, summed over the ranks
         prepare_folder(snapshot_path)  # a path that cannot hold one: one line, now
         # Before the DDP wrap, on every rank: each replica resumes from the same state.
         if snapshot_path.exists():
@@ -160,11 +137,9 @@ class Trainer:
         if notice:
             log0(notice)
         self.epochs_run = snapshot["epochs_run"]
-        self.steps_run = snapshot["steps_run"]
-        self.loss_so_far = snapshot["loss_so_far"]
         log(
             f"resumed from {snapshot_path}: {self.epochs_run} epochs done, "
-            f"continuing at epoch {self.epochs_run} step {self.steps_run}"
+            f"continuing at epoch {self.epochs_run}"
         )
 
     def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -181,32 +156,12 @@ class Trainer:
         if first_attempt and self.crash_at == (self.global_rank, epoch, step):
             die_now(epoch, step)  # SIGKILL, like the out-of-memory killer
 
-    def _all_ranks_agree_to_stop(self) -> bool:
-        # Ranks receive a signal at different moments (or only some do): a rank that
-        # stopped alone would leave the others waiting for it in the next all-reduce.
-        # So at every step all ranks share their flag: MAX is 1 if any rank was asked.
-        flag = torch.tensor([int(self.stop.received)], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())  # the same answer on every rank, at the same step
-
-    def _run_epoch(self, epoch: int) -> bool:
-        """Train one epoch (the rest of it, after a stop); True if asked to stop."""
+    def _run_epoch(self, epoch: int) -> None:
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
         self.train_data.sampler.set_epoch(epoch)
-        resumed = epoch == self.epochs_run  # after a stop mid-epoch: the steps that ran
-        first_step = self.steps_run if resumed else 0
-        # Their loss, summed over the ranks, is carried by rank 0.
-        carried = self.loss_so_far if resumed and self.global_rank == 0 else 0.0
-        total_loss = torch.tensor(carried, dtype=torch.float64, device=self.device)
-        # The order depends only on the seed and the epoch, so skipping the steps that
-        # ran before a stop continues the epoch exactly (they are loaded, not trained).
-        for step, (source, targets) in itertools.islice(
-            enumerate(self.train_data), first_step, None
-        ):
-            if self.stop is not None and self._all_ranks_agree_to_stop():
-                self._stop_at(epoch, step, total_loss)
-                return True
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        for step, (source, targets) in enumerate(self.train_data):
             self._crash_if_planned(epoch, step)
             source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
             targets = targets.to(self.device, non_blocking=True)
@@ -221,49 +176,25 @@ class Trainer:
             f"epoch {epoch} | world size {world_size} | batch size {batch_size} per rank "
             f"| steps {steps} | loss {epoch_loss:.6f}"
         )
-        return False
 
-    def _stop_at(self, epoch: int, step: int, total_loss: torch.Tensor) -> None:
-        """Every rank, at the same step: save what this step needs, then leave."""
-        signal_name = self.stop.signal_name or "none (another rank did)"
-        log(f"epoch {epoch} | stop agreed before step {step} | signal here: {signal_name}")
-        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)  # the resumed epoch adds the rest
-        random_states = gather_random_states(self.device)  # a collective: every rank
-        if self.global_rank == 0:
-            self._save_snapshot(epoch, step, total_loss.item(), random_states)
-        # No rank exits before the snapshot is on disk: torchrun stops the group as
-        # soon as one worker has exited.
-        dist.barrier()
-
-    def _save_snapshot(
-        self, epochs_run: int, steps_run: int, loss_so_far: float, random_states: list[RandomState]
-    ) -> None:
+    def _save_snapshot(self, epochs_run: int, random_states: list[RandomState]) -> None:
         snapshot = {
             # model.module is the model DDP wraps: plain names ("weight"), loadable
             # without DDP and before the wrap.
             "model": self.model.module.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            # The epochs *finished*, and the steps finished of the next one (0 unless
-            # stopped in its middle): a resume starts at the first step not taken.
+            # The epochs *finished*: a resume starts at the first epoch not trained.
             "epochs_run": epochs_run,
-            "steps_run": steps_run,
-            "loss_so_far": loss_so_far,
             # Every rank's random generators, in rank order.
             "rng_state": random_states,
         }
         # Temporary file, fsync, rename: a crash mid-write leaves the previous snapshot.
         save_atomic(snapshot, self.snapshot_path)
-        # Step 0 of an epoch is the end of the one before: said as at an epoch's end.
-        done = f"epoch {epochs_run} step {steps_run}"
-        if steps_run == 0:  # (a stop before the first step saves the untrained model)
-            done = f"epoch {epochs_run - 1}" if epochs_run else "before the first step"
-        log0(f"{done} | snapshot saved to {self.snapshot_path}")
+        log0(f"epoch {epochs_run - 1} | snapshot saved to {self.snapshot_path}")
 
-    def train(self, max_epochs: int) -> bool:
-        """Train up to max_epochs; False if asked to stop first (a snapshot holds where)."""
+    def train(self, max_epochs: int) -> None:
         for epoch in range(self.epochs_run, max_epochs):
-            if self._run_epoch(epoch):
-                return False
+            self._run_epoch(epoch)
             # After every save_every-th epoch, and after the last one, so the file
             # always ends up holding the trained model.
             if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
@@ -274,9 +205,8 @@ class Trainer:
                 # collective (all_reduce, barrier, a DDP forward) may sit inside this
                 # branch: rank 0 would wait in it for ranks that never enter it.
                 if self.global_rank == 0:
-                    self._save_snapshot(epoch + 1, 0, 0.0, random_states)
+                    self._save_snapshot(epoch + 1, random_states)
         log0(f"training finished: {max_epochs} epochs")
-        return True
 
 
 def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
@@ -306,27 +236,20 @@ def main(
     batch_size: int,
     snapshot_path: Path,
     crash_at: CrashPlan | None,
-    stop_handler: bool,
 ) -> int:
-    # First: a stop asked for while the job starts is then noted, not fatal.
-    stop = StopRequest() if stop_handler else None
     device = ddp_setup()
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size, device)
     check_crash_plan(crash_at, total_epochs, len(train_data), LAUNCH)
     try:
-        trainer = Trainer(
-            model, train_data, optimizer, device, save_every, snapshot_path, crash_at, stop
-        )
+        trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, crash_at)
     except SnapshotError as error:
         log(str(error))  # one line that names the file and what to do, not a traceback
-        stop_the_agent()  # every restart would meet the same file: ask torchrun to stop
-        dist.barrier()  # the agent has been asked before any worker exits
         dist.destroy_process_group()
-        raise SystemExit(1) from None
-    finished = trainer.train(total_epochs)
+        return 1
+    trainer.train(total_epochs)
     dist.destroy_process_group()
-    return 0 if finished else RESUMABLE_EXIT_CODE  # 75: stopped, resume me
+    return 0
 
 
 if __name__ == "__main__":
@@ -339,11 +262,6 @@ if __name__ == "__main__":
     parser.add_argument(
         "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
     )
-    parser.add_argument(
-        "--no_stop_handler",
-        action="store_true",
-        help="let SIGTERM and SIGUSR1 kill the workers, to see what a stop costs without it",
-    )
     add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step
     args = parser.parse_args()
     exit_code = main(
@@ -352,6 +270,5 @@ if __name__ == "__main__":
         args.batch_size,
         args.snapshot_path,
         crash_plan(args),
-        stop_handler=not args.no_stop_handler,
     )
     end_process(exit_code)  # not Python's teardown: see common.distributed.end_process

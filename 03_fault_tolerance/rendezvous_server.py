@@ -6,11 +6,14 @@ it goes, the store goes with it and the others cannot meet again. In production 
 store lives elsewhere (etcd, or a small always-on host). This script is that host on
 one machine: a TCPStore on 127.0.0.1 that any agent can leave and join.
 
-Launch it first, then point every agent at it (PORT: any free port):
+Launch it first, in one terminal, then point every agent at it, in one or two more
+(PORT: any free port):
 
     python rendezvous_server.py PORT
-    torchrun --nnodes=1:2 --nproc_per_node=1 --max-restarts=3 --rdzv_backend=c10d \\
-        --rdzv_endpoint=127.0.0.1:PORT --rdzv_conf=is_host=false ... multigpu_torchrun.py 300 1
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:2 --nproc_per_node=1 \\
+        --max-restarts=3 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:PORT \\
+        --rdzv_id=elastic --rdzv_conf=is_host=false --local-addr=127.0.0.1 \\
+        multigpu_torchrun.py 200 1
 
 It runs until it is stopped (Ctrl-C, or SIGTERM).
 """

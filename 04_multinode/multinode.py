@@ -1,30 +1,18 @@
 """Lesson 04: the same training on several machines ("nodes").
 
-`multigpu_torchrun.py` made ready for more than one node: torchrun runs on every
-node, and the agents meet at a rendezvous on one of them. Each process then has a
-local rank (its number on its node: it picks the device) and a global rank (its
-number in the whole job: it names the process in the logs). Nodes may or may not
-share a filesystem, and the script works alike either way (`snapshot_placement.py`):
-local rank 0 of every node saves, so every node has a copy (on a shared folder, they
-all write the same file, each atomically); at start-up the ranks agree on the newest
-snapshot that any of them sees, and every rank resumes from that one.
+Lesson 03's `multigpu_preemptible.py` made ready for more than one node: torchrun runs
+on every node, and the agents meet at a rendezvous on one of them. Local rank 0 of
+every node saves a snapshot, and at start-up all ranks agree on the newest one that any
+of them sees (`snapshot_placement.py` says why: nodes may or may not share a folder).
 
-Launch it on each of two nodes (HEAD is the first node's address or name, PORT a
-port free there; the same command on both):
+Launch it on each of two nodes (HEAD: the first node's address or name; PORT: a port
+free there), or on Slurm with `sbatch slurm/multinode.sbatch 50 10` (see that file):
 
     torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d \\
         --rdzv_endpoint=HEAD:PORT --rdzv_id=job42 multinode.py 50 10
 
-or on a Slurm cluster with `sbatch slurm/multinode.sbatch 50 10` (see that file).
-On one machine, two agents in two terminals play two nodes (HEAD is 127.0.0.1).
-`--batch_size` (default 32) is per process. It writes `snapshot.pt` to the current
-folder (`--snapshot_path` to change it) and resumes from it. Crashes can be
-injected as in lesson 03 (`--crash_rank R --crash_epoch E --crash_step S`). Asked to
-stop (SIGTERM to the torchruns or the workers: a time limit, a preemption, a requeue;
-or SIGTERM or SIGUSR1 to any one worker), it stops as lesson 03's script does (part 3):
-every rank at the same step, a snapshot of that step on every node, exit code 75, and a
-resume from that step. SIGUSR1 to a torchrun kills that agent: torchrun forwards only
-the signals of `--signals-to-handle`, SIGUSR1 not among them by default.
+On one machine, two agents in two terminals play two nodes (HEAD: 127.0.0.1). Its
+arguments, its snapshot and its stop are lesson 03's (`--help` lists the arguments).
 """
 
 import itertools
@@ -42,16 +30,17 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
-from common.crash_injection import (
-    CrashPlan,
-    add_crash_arguments,
-    check_crash_plan,
-    crash_plan,
-    die_now,
-    restarts_of_the_job,
-)
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
+from common.distributed import (
+    check_gpus_go_round,
+    device_type,
+    end_process,
+    gloo_over_loopback,
+    log,
+    log0,
+    require_torchrun,
+    world_on_this_machine,
+)
 from common.models import regression_model
 from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
 from common.random_state import RandomState, gather_random_states, restore_random_state
@@ -65,14 +54,30 @@ SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "steps_run", "loss_so_far",
 SHUFFLE_SEED = 0
 
 
-def ddp_setup() -> torch.device:
+def ddp_setup() -> tuple[torch.device, int]:
     """Join the process group at the address torchrun chose, as the rank it gave us."""
-    local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
-    device = device_for(local_rank)
+    require_torchrun(LAUNCH)  # started some other way: one line saying how, then exit
+    # torchrun tells every worker its place in the job through environment variables.
+    local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
+    global_rank = int(os.environ["RANK"])  # its number in the whole job
+    world_size = int(os.environ["WORLD_SIZE"])
+    if world_on_this_machine():  # one agent, or a store at 127.0.0.1
+        gloo_over_loopback()  # so gloo does not depend on the machine's name
+    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
+        # Process i of a machine owns GPU i: one line and exit if there are too few.
+        check_gpus_go_round(local_rank)
+        # Without set_device every process would put its CUDA context and nccl's
+        # buffers on GPU 0.
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
+    else:
+        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
     # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
     dist.init_process_group(
-        backend=backend_for(device.type),
-        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
+        backend=backend,
+        # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
+        # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
+        device_id=device if device.type == "cuda" else None,
     )
     # Counts the times this node's torchrun restarted the group after one of its own
     # workers failed (0 on the first run; other nodes may count differently).
@@ -85,7 +90,7 @@ def ddp_setup() -> torch.device:
         f"local_rank={local_rank} rank={global_rank} world_size={world_size} "
         f"restart={restart} device={device}"
     )
-    return device
+    return device, local_rank
 
 
 class Trainer:
@@ -95,28 +100,25 @@ class Trainer:
         train_data: DataLoader,
         optimizer: torch.optim.Optimizer,
         device: torch.device,
+        local_rank: int,
         save_every: int,
         snapshot_path: Path,
-        crash_at: CrashPlan | None = None,
-        stop: StopRequest | None = None,
+        stop: StopRequest,
     ) -> None:
         self.device = device
-        # Local rank: which device on this node. Global rank: who in the whole job.
-        self.local_rank = int(os.environ["LOCAL_RANK"])
-        self.global_rank = int(os.environ["RANK"])
+        self.global_rank = dist.get_rank()
         self.model = model.to(device)
         self.train_data = train_data
         self.optimizer = optimizer
         self.save_every = save_every
         self.snapshot_path = snapshot_path
-        self.crash_at = crash_at  # (rank, epoch, step) at which to die, or None
         self.stop = stop  # notes SIGTERM and SIGUSR1 (lesson 03, part 3)
         self.epochs_run = 0  # epochs finished
         self.steps_run = 0  # and steps of the next one, after a stop in its middle
         self.loss_so_far = 0.0  # that epoch's loss until the stop, summed over the ranks
         # One writer per node: every node keeps a copy on its own disk; on a folder all
         # nodes share, each writes the same state to the same file, atomically.
-        self.saves_snapshot = self.local_rank == 0
+        self.saves_snapshot = local_rank == 0
         # Before the DDP wrap, on every rank: all agree on the newest snapshot that any
         # rank sees, and every replica resumes from that same state.
         resume = newest_snapshot(snapshot_path, SNAPSHOT_KEYS, device)
@@ -153,11 +155,6 @@ class Trainer:
         self.optimizer.step()
         return loss.detach()  # not .item(): on a GPU that would wait for every step
 
-    def _crash_if_planned(self, epoch: int, step: int) -> None:
-        # main() clears crash_at after a restart, so the restarted group gets past here.
-        if self.crash_at == (self.global_rank, epoch, step):
-            die_now(epoch, step)  # SIGKILL, like the out-of-memory killer
-
     def _all_ranks_agree_to_stop(self) -> bool:
         # Ranks receive a signal at different moments (or only some do): a rank that
         # stopped alone would leave the others waiting for it in the next all-reduce.
@@ -181,10 +178,9 @@ class Trainer:
         for step, (source, targets) in itertools.islice(
             enumerate(self.train_data), first_step, None
         ):
-            if self.stop is not None and self._all_ranks_agree_to_stop():
+            if self._all_ranks_agree_to_stop():
                 self._stop_at(epoch, step, total_loss)
                 return True
-            self._crash_if_planned(epoch, step)
             source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
             targets = targets.to(self.device, non_blocking=True)
             total_loss += self._run_batch(source, targets)
@@ -275,25 +271,22 @@ def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) 
 
 
 # Whatever a worker raises, @record writes it to a file that torchrun reads, so
-# torchrun's failure report shows the worker's own error as the root cause.
+# torchrun's failure report shows the worker's own error and traceback. (Its "Root
+# Cause" is the earliest failure, which need not be the cause: lesson 03.)
 @record
 def main(
     total_epochs: int,
     save_every: int,
     batch_size: int,
     snapshot_path: Path,
-    crash_at: CrashPlan | None,
 ) -> int:
     stop = StopRequest()  # first: a stop asked for while the job starts is then noted
-    device = ddp_setup()
+    device, local_rank = ddp_setup()
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size, device)
-    check_crash_plan(crash_at, total_epochs, len(train_data), LAUNCH)
-    if crash_at is not None and restarts_of_the_job(device) > 0:
-        crash_at = None  # the failure is injected once per job, not once per attempt
     try:
         trainer = Trainer(
-            model, train_data, optimizer, device, save_every, snapshot_path, crash_at, stop
+            model, train_data, optimizer, device, local_rank, save_every, snapshot_path, stop
         )
     except SnapshotError as error:
         # One line that names the rank, the file and what to do, not a traceback; the
@@ -302,7 +295,7 @@ def main(
         stop_the_agent()  # every node's agents: a restart would meet the same file
         dist.barrier()  # every agent has been asked before any worker exits
         dist.destroy_process_group()
-        raise SystemExit(1) from None
+        return 1
     finished = trainer.train(total_epochs)
     dist.destroy_process_group()
     return 0 if finished else RESUMABLE_EXIT_CODE  # 75: stopped, resume me
@@ -318,10 +311,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
     )
-    add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step
     args = parser.parse_args()
-    crash_at = crash_plan(args)
     exit_code = main(
-        args.total_epochs, args.save_every, args.batch_size, args.snapshot_path, crash_at
+        args.total_epochs,
+        args.save_every,
+        args.batch_size,
+        args.snapshot_path,
     )
     end_process(exit_code)  # not Python's teardown: see common.distributed.end_process

@@ -56,12 +56,22 @@ def definition_text(path: str | Path, name: str) -> str:
     return "\n".join(lines[first - 1 : node.end_lineno])
 
 
+def code_text(path: str | Path) -> str:
+    """The script without its module docstring: each script describes itself, so the
+    two descriptions differ wholesale and would bury the change in the code."""
+    source = file_text(path)
+    body = ast.parse(source).body
+    if not (body and ast.get_docstring(ast.Module(body=body[:1], type_ignores=[]))):
+        return source
+    return "\n".join(source.splitlines()[body[0].end_lineno :]).lstrip("\n") + "\n"
+
+
 def diff_text(old: str | Path, new: str | Path, context: int = 3) -> str:
-    """A unified diff from one script to the next."""
+    """A unified diff from one script's code to the next's (module docstrings left out)."""
     return "".join(
         difflib.unified_diff(
-            file_text(old).splitlines(keepends=True),
-            file_text(new).splitlines(keepends=True),
+            code_text(old).splitlines(keepends=True),
+            code_text(new).splitlines(keepends=True),
             fromfile=str(old),
             tofile=str(new),
             n=context,

@@ -89,6 +89,7 @@ LAUNCHES = [
     Launch("sync_buffers", "02_multigpu/ddp_options/sync_buffers.py", ("--steps", "2")),
     Launch("unused_parameters", "02_multigpu/ddp_options/unused_parameters.py", ("--layers", "8")),
     Launch("multigpu_torchrun", "03_fault_tolerance/multigpu_torchrun.py", ("1", "1")),
+    Launch("multigpu_preemptible", "03_fault_tolerance/multigpu_preemptible.py", ("1", "1")),
     Launch("multinode", "04_multinode/multinode.py", ("1", "1")),
     Launch("node_report", "04_multinode/node_report.py"),
     Launch(

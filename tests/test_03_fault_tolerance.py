@@ -1,7 +1,7 @@
-"""Lesson 03: bad snapshots and bad launches get one line. (That a job without
---max-restarts fails with torchrun's report and resumes when launched again, and that
-a crashed and restarted run ends exactly where an uninterrupted one does, the
-notebook's own check cell asserts, on the notebook's runs.)"""
+"""Lesson 03: bad snapshots and bad launches get one line (part 1's script; part 3's too,
+for its snapshots). (That a job without --max-restarts fails with torchrun's report and
+resumes when launched again, and that a crashed and restarted run ends exactly where an
+uninterrupted one does, the notebook's own check cell asserts, on the notebook's runs.)"""
 
 import os
 import subprocess
@@ -14,9 +14,15 @@ from common.ports import free_port
 from common.snapshot import save_atomic
 
 SCRIPT = REPO / "03_fault_tolerance" / "multigpu_torchrun.py"
+PREEMPTIBLE = REPO / "03_fault_tolerance" / "multigpu_preemptible.py"  # part 3's
+# What each script's snapshot holds.
+KEYS = {
+    SCRIPT: "model, optimizer, epochs_run, rng_state",
+    PREEMPTIBLE: "model, optimizer, epochs_run, steps_run, loss_so_far, rng_state",
+}
 
 
-def one_worker(tmp_path, *arguments):
+def one_worker(tmp_path, *arguments, script=SCRIPT):
     """The script as the one worker of a world of one, with the environment torchrun
     would give it (cheaper than starting torchrun's agent too)."""
     environment = {
@@ -28,7 +34,7 @@ def one_worker(tmp_path, *arguments):
         "MASTER_PORT": str(free_port()),
     }
     return subprocess.run(
-        [PYTHON, SCRIPT, *arguments], capture_output=True, text=True, cwd=tmp_path, env=environment
+        [PYTHON, script, *arguments], capture_output=True, text=True, cwd=tmp_path, env=environment
     )
 
 
@@ -48,22 +54,23 @@ def truncated_snapshot(path):
         (truncated_snapshot, "snapshot {path} cannot be read ("),
         (
             foreign_checkpoint,
-            "{path} is not a snapshot of this script (it has no model, optimizer, "
-            "epochs_run, steps_run, loss_so_far, rng_state); delete {path}",
+            "{path} is not a snapshot of this script (it has no {keys}); delete {path}",
         ),
     ],
     ids=["empty", "truncated", "foreign"],
 )
-def test_a_bad_snapshot_gets_one_line_naming_the_file(make, message, tmp_path):
+@pytest.mark.parametrize("script", [SCRIPT, PREEMPTIBLE], ids=["part1", "part3"])
+def test_a_bad_snapshot_gets_one_line_naming_the_file(make, message, script, tmp_path):
     path = tmp_path / "runs" / "bad.pt"
     path.parent.mkdir()
     make(path)
     before = path.read_bytes()
-    result = one_worker(tmp_path, "2", "1", "--snapshot_path", str(path))
+    result = one_worker(tmp_path, "2", "1", "--snapshot_path", str(path), script=script)
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert len(lines) == 2, lines  # the worker's start line, then the one error line
-    assert lines[1].startswith("[rank0] ") and message.format(path=path) in lines[1]
+    said = message.format(path=path, keys=KEYS[script])
+    assert lines[1].startswith("[rank0] ") and said in lines[1]
     assert "Traceback" not in result.stderr  # no pickle traceback
     assert path.read_bytes() == before  # and the file is left for the learner to inspect
 

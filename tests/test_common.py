@@ -167,10 +167,15 @@ def test_model_start_is_seeded():
 def test_source_reads_definitions_and_diffs(tmp_path):
     old = tmp_path / "old.py"
     new = tmp_path / "new.py"
-    old.write_text("def f():\n    return 1\n")
-    new.write_text("class K:\n    @staticmethod\n    def f():\n        return 2\n")
+    old.write_text('"""Old: all about it."""\n\nimport os\n\n\ndef f():\n    return 1\n')
+    new.write_text(
+        '"""New."""\nimport os\n\n\nclass K:\n    @staticmethod\n    def f():\n        return 2\n'
+    )
     assert definition_text(new, "K.f") == "    @staticmethod\n    def f():\n        return 2"
-    assert "-    return 1" in diff_text(old, new) and "+        return 2" in diff_text(old, new)
+    diff = diff_text(old, new)
+    assert "-    return 1" in diff and "+        return 2" in diff
+    # The code's change, not the descriptions': the docstrings are left out, the code kept.
+    assert "Old" not in diff and "New" not in diff and " import os\n" in diff
     with pytest.raises(LookupError, match="no function or class named 'g'"):
         definition_text(old, "g")
     assert "def main" in definition_text(REPO / "00_intro" / "hello_torchrun.py", "main")

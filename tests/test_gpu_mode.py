@@ -142,7 +142,7 @@ def test_static_graph_stops_the_silent_drift_on_the_device(tmp_path):
 def test_a_stop_heard_by_one_rank_resumes_with_the_weights_of_a_run_without_one(tmp_path):
     """Lesson 03, part 3, on the device: the agreement's all-reduce (MAX), the gathered
     random states and the barrier of the stop all run on it (nccl on GPUs)."""
-    script = REPO / "03_fault_tolerance/multigpu_torchrun.py"
+    script = REPO / "03_fault_tolerance/multigpu_preemptible.py"
     job = f"torchrun --standalone --nproc_per_node={PROCESSES} {script} 4 2 --batch_size 8"
     launch(f"{job} --snapshot_path clean.pt", tmp_path)
     stopped = start(f"{job} --snapshot_path stopped.pt", cwd=tmp_path, quiet=True, env=ENVIRONMENT)

@@ -46,6 +46,7 @@ CORRECT_ARGUMENTS = {
     "02_multigpu/sync_batchnorm.py": [],
     "02_multigpu/uneven_inputs.py": [],
     "03_fault_tolerance/measure_recovery.py": [],
+    "03_fault_tolerance/multigpu_preemptible.py": ["20", "5"],
     "03_fault_tolerance/multigpu_torchrun.py": ["20", "5"],
     "03_fault_tolerance/rendezvous_server.py": ["29400"],
     "03_fault_tolerance/stale_address.py": [],

@@ -14,7 +14,7 @@ it (lesson 01's `all_reduce` has the operation you need).
 
 The check runs it in a world of 3 processes for 8 steps: rank 1 is asked from step 3
 on, rank 2 from step 5 on, rank 0 never. Every rank must answer False at steps 0 to 2
-and True from step 3 on. (`03_fault_tolerance/multigpu_torchrun.py` holds the course's
+and True from step 3 on. (`03_fault_tolerance/multigpu_preemptible.py` holds the course's
 own version: try without reading it first.)
 """
 

@@ -1,0 +1,300 @@
+"""Lesson 03, part 3: the same training, stopping when the cluster asks.
+
+`multigpu_torchrun.py` (part 1) with a stop put in, and its crash injection left out.
+Asked to stop (SIGTERM to torchrun, which forwards it: a time limit, a preemption; or
+SIGTERM or SIGUSR1 to any one worker), every rank stops at the same step, rank 0 saves
+a snapshot of that step, and every rank exits with code 75, "stopped, resume me":
+launched again, it goes on from that step, losing nothing. A snapshot that cannot be
+read asks torchrun not to restart: each restart would meet it again.
+
+Launch it (from any folder, with the path to this file), and stop it with
+`kill -TERM <torchrun's pid>`:
+
+    torchrun --standalone --nproc_per_node=2 multigpu_preemptible.py 20 5
+
+Its arguments, its `snapshot.pt` and its resume are part 1's (`--help` lists them).
+"""
+
+import itertools
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+from common.cli import LessonArgumentParser, positive_int
+from common.data import SyntheticRegression
+from common.distributed import (
+    check_gpus_go_round,
+    device_type,
+    end_process,
+    gloo_over_loopback,
+    log,
+    log0,
+    require_torchrun,
+    world_on_this_machine,
+)
+from common.models import regression_model
+from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
+from common.random_state import RandomState, gather_random_states, restore_random_state
+from common.snapshot import SnapshotError, load, prepare_folder, save_atomic
+
+LAUNCH = "torchrun --standalone --nproc_per_node=2 multigpu_preemptible.py 20 5"
+SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "steps_run", "loss_so_far", "rng_state")
+SHUFFLE_SEED = 0
+
+
+def ddp_setup() -> torch.device:
+    """Join the process group at the address torchrun chose, as the rank it gave us."""
+    require_torchrun(LAUNCH)  # started some other way: one line saying how, then exit
+    # torchrun tells every worker its place in the job through environment variables.
+    local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
+    global_rank = int(os.environ["RANK"])  # its number in the whole job
+    world_size = int(os.environ["WORLD_SIZE"])
+    if world_on_this_machine():  # one agent, or a store at 127.0.0.1
+        gloo_over_loopback()  # so gloo does not depend on the machine's name
+    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
+        # Process i of a machine owns GPU i: one line and exit if there are too few.
+        check_gpus_go_round(local_rank)
+        # Without set_device every process would put its CUDA context and nccl's
+        # buffers on GPU 0.
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
+    else:
+        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
+    # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
+    dist.init_process_group(
+        backend=backend,
+        # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
+        # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
+        device_id=device if device.type == "cuda" else None,
+    )
+    # Counts the times torchrun restarted the group after a failure (0 on the first run).
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    log(
+        f"pid={os.getpid()} rank={global_rank} local_rank={local_rank} "
+        f"world_size={world_size} restart={restart} device={device}"
+    )
+    return device
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_data: DataLoader,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        save_every: int,
+        snapshot_path: Path,
+        stop: StopRequest,
+    ) -> None:
+        self.device = device
+        self.global_rank = dist.get_rank()
+        self.model = model.to(device)
+        self.train_data = train_data
+        self.optimizer = optimizer
+        self.save_every = save_every
+        self.snapshot_path = snapshot_path
+        self.stop = stop  # notes SIGTERM and SIGUSR1
+        self.epochs_run = 0  # epochs finished
+        self.steps_run = 0  # and steps of the next one, after a stop in its middle
+        self.loss_so_far = 0.0  # that epoch's loss until the stop, summed over the ranks
+        prepare_folder(snapshot_path)  # a path that cannot hold one: one line, now
+        # Before the DDP wrap, on every rank: each replica resumes from the same state.
+        if snapshot_path.exists():
+            self._load_snapshot(snapshot_path)
+        # Broadcasts rank 0's weights to every rank, then averages the gradients of
+        # every backward pass. device_ids names the one device this replica lives on.
+        self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def _load_snapshot(self, snapshot_path: Path) -> None:
+        # map_location: the tensors go to *this* process's device, whatever device the
+        # saving process had. load() runs no code from the file (weights_only=True).
+        snapshot = load(snapshot_path, SNAPSHOT_KEYS, map_location=self.device)
+        self.model.load_state_dict(snapshot["model"])
+        self.optimizer.load_state_dict(snapshot["optimizer"])  # momentum buffers
+        # Each rank's own generators (CPU, and its GPU's), as it left them.
+        notice = restore_random_state(snapshot["rng_state"], self.device)
+        if notice:
+            log0(notice)
+        self.epochs_run = snapshot["epochs_run"]
+        self.steps_run = snapshot["steps_run"]
+        self.loss_so_far = snapshot["loss_so_far"]
+        log(
+            f"resumed from {snapshot_path}: {self.epochs_run} epochs done, "
+            f"continuing at epoch {self.epochs_run} step {self.steps_run}"
+        )
+
+    def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad()
+        output = self.model(source)
+        loss = F.mse_loss(output, targets)
+        loss.backward()  # DDP averages the gradients over the ranks as they are computed
+        self.optimizer.step()
+        return loss.detach()  # not .item(): on a GPU that would wait for every step
+
+    def _all_ranks_agree_to_stop(self) -> bool:
+        # Ranks receive a signal at different moments (or only some do): a rank that
+        # stopped alone would leave the others waiting for it in the next all-reduce.
+        # So at every step all ranks share their flag: MAX is 1 if any rank was asked.
+        flag = torch.tensor([int(self.stop.received)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())  # the same answer on every rank, at the same step
+
+    def _run_epoch(self, epoch: int) -> bool:
+        """Train one epoch (the rest of it, after a stop); True if asked to stop."""
+        # The sampler shuffles with seed + epoch: without set_epoch every epoch would
+        # repeat the order of epoch 0.
+        self.train_data.sampler.set_epoch(epoch)
+        resumed = epoch == self.epochs_run  # after a stop mid-epoch: the steps that ran
+        first_step = self.steps_run if resumed else 0
+        # Their loss, summed over the ranks, is carried by rank 0.
+        carried = self.loss_so_far if resumed and self.global_rank == 0 else 0.0
+        total_loss = torch.tensor(carried, dtype=torch.float64, device=self.device)
+        # The order depends only on the seed and the epoch, so skipping the steps that
+        # ran before a stop continues the epoch exactly (they are loaded, not trained).
+        for step, (source, targets) in itertools.islice(
+            enumerate(self.train_data), first_step, None
+        ):
+            if self._all_ranks_agree_to_stop():
+                self._stop_at(epoch, step, total_loss)
+                return True
+            source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
+            targets = targets.to(self.device, non_blocking=True)
+            total_loss += self._run_batch(source, targets)
+        steps = len(self.train_data)
+        batch_size = self.train_data.batch_size
+        # Each rank saw its own shard; the epoch's loss is the average over all ranks.
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)
+        world_size = dist.get_world_size()
+        epoch_loss = total_loss.item() / (steps * world_size)
+        log0(
+            f"epoch {epoch} | world size {world_size} | batch size {batch_size} per rank "
+            f"| steps {steps} | loss {epoch_loss:.6f}"
+        )
+        return False
+
+    def _stop_at(self, epoch: int, step: int, total_loss: torch.Tensor) -> None:
+        """Every rank, at the same step: save what this step needs, then leave."""
+        signal_name = self.stop.signal_name or "none (another rank did)"
+        log(f"epoch {epoch} | stop agreed before step {step} | signal here: {signal_name}")
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)  # the resumed epoch adds the rest
+        random_states = gather_random_states(self.device)  # a collective: every rank
+        if self.global_rank == 0:
+            self._save_snapshot(epoch, step, total_loss.item(), random_states)
+        # No rank exits before the snapshot is on disk: torchrun stops the group as
+        # soon as one worker has exited.
+        dist.barrier()
+
+    def _save_snapshot(
+        self, epochs_run: int, steps_run: int, loss_so_far: float, random_states: list[RandomState]
+    ) -> None:
+        snapshot = {
+            # model.module is the model DDP wraps: plain names ("weight"), loadable
+            # without DDP and before the wrap.
+            "model": self.model.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            # The epochs *finished*, and the steps finished of the next one (0 unless
+            # stopped in its middle): a resume starts at the first step not taken.
+            "epochs_run": epochs_run,
+            "steps_run": steps_run,
+            "loss_so_far": loss_so_far,
+            # Every rank's random generators, in rank order.
+            "rng_state": random_states,
+        }
+        # Temporary file, fsync, rename: a crash mid-write leaves the previous snapshot.
+        save_atomic(snapshot, self.snapshot_path)
+        # Step 0 of an epoch is the end of the one before: said as at an epoch's end.
+        done = f"epoch {epochs_run} step {steps_run}"
+        if steps_run == 0:  # (a stop before the first step saves the untrained model)
+            done = f"epoch {epochs_run - 1}" if epochs_run else "before the first step"
+        log0(f"{done} | snapshot saved to {self.snapshot_path}")
+
+    def train(self, max_epochs: int) -> bool:
+        """Train up to max_epochs; False if asked to stop first (a snapshot holds where)."""
+        for epoch in range(self.epochs_run, max_epochs):
+            if self._run_epoch(epoch):
+                return False
+            # After every save_every-th epoch, and after the last one, so the file
+            # always ends up holding the trained model.
+            if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
+                # The random generators are each rank's own: gather them. A collective,
+                # so every rank calls it, here, outside the branch below.
+                random_states = gather_random_states(self.device)
+                # Every replica holds the same weights, so one copy is enough. No
+                # collective (all_reduce, barrier, a DDP forward) may sit inside this
+                # branch: rank 0 would wait in it for ranks that never enter it.
+                if self.global_rank == 0:
+                    self._save_snapshot(epoch + 1, 0, 0.0, random_states)
+        log0(f"training finished: {max_epochs} epochs")
+        return True
+
+
+def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
+    train_set = SyntheticRegression(size=2048)
+    model = regression_model(seed=0)
+    # Momentum gives the optimizer a state of its own (a running average of the
+    # gradients): a resume that dropped it would not continue the same training.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return train_set, model, optimizer
+
+
+def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) -> DataLoader:
+    # Each rank gets a different 1/world_size of every epoch's shuffled indices.
+    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)
+    return DataLoader(
+        dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda"
+    )
+
+
+# Whatever a worker raises, @record writes it to a file that torchrun reads, so
+# torchrun's failure report shows the worker's own error and traceback. (Its "Root
+# Cause" is the earliest failure, which need not be the cause: lesson 03.)
+@record
+def main(
+    total_epochs: int,
+    save_every: int,
+    batch_size: int,
+    snapshot_path: Path,
+) -> int:
+    stop = StopRequest()  # first: a stop asked for while the job starts is then noted
+    device = ddp_setup()
+    dataset, model, optimizer = load_train_objs()
+    train_data = prepare_dataloader(dataset, batch_size, device)
+    try:
+        trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, stop)
+    except SnapshotError as error:
+        log(str(error))  # one line that names the file and what to do, not a traceback
+        stop_the_agent()  # every restart would meet the same file: ask torchrun to stop
+        dist.barrier()  # the agent has been asked before any worker exits
+        dist.destroy_process_group()
+        return 1
+    finished = trainer.train(total_epochs)
+    dist.destroy_process_group()
+    return 0 if finished else RESUMABLE_EXIT_CODE  # 75: stopped, resume me
+
+
+if __name__ == "__main__":
+    parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
+    parser.add_argument("total_epochs", type=positive_int, help="how many epochs to train")
+    parser.add_argument("save_every", type=positive_int, help="save a snapshot every N epochs")
+    parser.add_argument(
+        "--batch_size", type=positive_int, default=32, help="samples per step per process"
+    )
+    parser.add_argument(
+        "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
+    )
+    args = parser.parse_args()
+    exit_code = main(
+        args.total_epochs,
+        args.save_every,
+        args.batch_size,
+        args.snapshot_path,
+    )
+    end_process(exit_code)  # not Python's teardown: see common.distributed.end_process
