@@ -21,6 +21,16 @@ what several lessons reuse).
   figures (01_theory).
 - `listening`: what a running job listens on, read from its processes (04_multinode;
   the set-up check's network note).
+- `notebook_device`: one device for a whole notebook, GPUs or the CPU, never some of
+  each (every lesson notebook); `versions`: a line that needs a newer PyTorch says so.
+- `replicas`: how far apart the ranks' copies of a tensor are (02); `traffic`: the
+  bytes handed to `all_reduce` (02's DDP options).
+- `cost_model`, `at_scale`, `cost_plots`, `ring_stepper`: the alpha-beta model, its
+  predictions at 8 to 1,024 GPUs, their figures, the interactive ring (01_theory).
+- `crash_injection`: failures on purpose, once per job (03, 05); `preemption`:
+  stopping when the cluster asks (03 part 3, 04, 05).
+- `hangs`: look inside a hung job from outside (04, part 2); `parts`: a part of a
+  notebook that needs what a machine may lack, skipped saying why (04).
 
 What a lesson is *about* (the DDP setup, the trainer) stays in the lesson's own
 script, where the learner reads it. The course's own machinery (building the site,

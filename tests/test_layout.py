@@ -3,6 +3,7 @@
 modules of the project import each other, directly or around a circle."""
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import REPO, tracked_texts
@@ -99,3 +100,10 @@ def test_the_circle_finder_finds_a_circle():
     """The check above can fail: a circle of three, and one of two, are found."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}
     assert sorted(map(sorted, map(set, cycles(graph)))) == [["a", "b", "c"], ["d", "e"]]
+
+
+def test_common_lists_every_module_it_holds():
+    """common/__init__'s docstring is the map of what the lessons share: each module in it."""
+    listed = set(re.findall(r"`(\w+)`", (REPO / "common" / "__init__.py").read_text()))
+    modules = {path.stem for path in (REPO / "common").glob("*.py")} - {"__init__"}
+    assert modules - listed == set()
