@@ -24,7 +24,12 @@ torch.Tensor.backward = backward
 
 
 @pytest.mark.parametrize(
-    "script", ["03_fault_tolerance/multigpu_torchrun.py", "04_multinode/multinode.py"]
+    "script",
+    [
+        "03_fault_tolerance/multigpu_torchrun.py",
+        "03_fault_tolerance/multigpu_preemptible.py",
+        "04_multinode/multinode.py",
+    ],
 )
 def test_a_workers_exception_reaches_torchruns_report_with_its_traceback(tmp_path, script):
     output = run_with_sitecustomize(
