@@ -11,8 +11,9 @@ the README's "Which machines and Pythons", with the date and commit it prints.
 
 Where the Pythons come from: pyenv (`pyenv versions`: the newest patch release of each
 promised version), else `python3.X` on the PATH. A promised Python found nowhere gets a
-row that says so. Each run is `git clone` of the committed HEAD (changes not committed
-are not in it: the command says so first), then exactly the README's test command with
+row that says so. Each run is `git clone` of the commit HEAD was at when the command
+started (changes not committed are not in it: the command says so first; commits made
+while it runs are not either), then exactly the README's test command with
 that Python in place of `python3`, or with `--notebooks` the lesson notebooks alone.
 Logs: `build/pythons/<version>.log`. Exit status 1 if any Python that ran failed.
 
@@ -98,12 +99,15 @@ def kill_marked(marker: dict[str, str]) -> None:
             pass  # gone meanwhile, or not ours to read
 
 
-def run_one(version: str, interpreter: Path, notebooks: bool, logs: Path) -> dict:
-    """Clone, install and test with one Python; the row's facts."""
+def run_one(version: str, interpreter: Path, notebooks: bool, logs: Path, commit: str) -> dict:
+    """Clone `commit`, install and test with one Python; the row's facts. The commit,
+    not HEAD: commits made while the Pythons run one after another must not give each
+    Python another commit under one row of commits."""
     log = logs / f"{version}.log"
     with tempfile.TemporaryDirectory(prefix=f"course-python{version}-") as folder:
         clone = Path(folder, "clone")
         subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+        subprocess.run(["git", "checkout", "--quiet", "--detach", commit], cwd=clone, check=True)
         command = test_command(interpreter, notebooks)
         print(f"Python {version}: {command}  (log: {log})", flush=True)
         started = time.monotonic()
@@ -124,11 +128,15 @@ def run_one(version: str, interpreter: Path, notebooks: bool, logs: Path) -> dic
             finally:
                 kill_marked(marker)
         seconds = time.monotonic() - started
-        torch = subprocess.run(
-            [str(clone / ".venv/bin/python"), "-c", "import torch; print(torch.__version__)"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        python = clone / ".venv/bin/python"  # absent where the venv could not be made
+        torch = (
+            python.exists()
+            and subprocess.run(
+                [str(python), "-c", "import torch; print(torch.__version__)"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
     summary = [m for line in log.read_text().splitlines() if (m := SUMMARY.match(line))]
     result = summary[-1][1] if summary else "no pytest summary: see the log"
     tests = f"{float(summary[-1][2]):.0f} s of tests" if summary else "-"
@@ -176,7 +184,7 @@ def main() -> int:
         parser.error(f"{', '.join(unknown)}: not a promised Python (these are: {PROMISED})")
 
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
     dirty = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"],
@@ -185,7 +193,7 @@ def main() -> int:
         text=True,
     ).stdout.strip()
     if dirty:
-        print(f"Changes not committed are not tested: each run clones HEAD ({commit}).")
+        print(f"Changes not committed are not tested: each run clones HEAD ({commit[:7]}).")
     logs = REPO / "build" / "pythons"
     logs.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -199,14 +207,15 @@ def main() -> int:
                 {"version": minor, "torch": "-", "ok": None, "result": "not found", "time": "-"}
             )
             continue
-        rows.append(run_one(*found, args.notebooks, logs))
+        rows.append(run_one(*found, args.notebooks, logs, commit))
     if not rows:
         return 0
     what = "the lesson notebooks" if args.notebooks else "the whole suite"
-    print(f"\n{what} at {commit}, {date.today()}, {os.cpu_count()} cores:\n")
+    short = commit[:7]
+    print(f"\n{what} at {short}, {date.today()}, {os.cpu_count()} cores:\n")
     print("| Python | PyTorch | commit | result | time |\n|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['version']} | {row['torch']} | {commit} | {row['result']} | {row['time']} |")
+        print(f"| {row['version']} | {row['torch']} | {short} | {row['result']} | {row['time']} |")
     return 1 if any(row["ok"] is False for row in rows) else 0
 
 

@@ -74,3 +74,17 @@ def test_an_interrupted_run_leaves_no_process_behind():
         for process in [*ours, other]:
             process.kill()
             process.wait()
+
+
+def test_every_python_runs_the_commit_the_command_started_at(tmp_path, monkeypatch):
+    """A commit made while the Pythons run one after another must not reach the later
+    ones: each clone checks out the commit the run began with, not HEAD."""
+    start = subprocess.run(
+        ["git", "rev-parse", "HEAD~1"], cwd=pythons.REPO, capture_output=True, text=True
+    ).stdout.strip()  # stands for the commit HEAD was at when the run began
+    monkeypatch.setattr(
+        pythons, "test_command", lambda interpreter, notebooks: "git rev-parse HEAD"
+    )
+    row = pythons.run_one("3.x", Path("python3"), False, tmp_path, start)
+    assert (tmp_path / "3.x.log").read_text().splitlines()[-1] == start
+    assert row["ok"] and row["torch"] == "not installed"
