@@ -1,5 +1,5 @@
 """The kernels that run the notebooks for the build (`course.build`) and the tests (nbmake,
-through `course.pytest_hooks`): this Python, and no TCP port.
+as a pytest plugin): this Python, and no TCP port.
 
 - This Python. Asked for "python3", Jupyter takes the first kernelspec of that name it
   finds, and a user-level one (another Python, another environment) comes first: the
@@ -13,6 +13,11 @@ through `course.pytest_hooks`): this Python, and no TCP port.
   out of that range; a kernel needs no port at all, as Jupyter can talk to it over Unix
   sockets (transport "ipc": files in a folder of its own, removed at shutdown). The
   course runs on Linux and macOS (Windows through WSL2), which all have them.
+
+The build passes `CourseKernel` to nbclient. For nbmake, this module is also a pytest
+plugin (`-p course.kernels`, in pyproject's addopts, and in every pytest run that a test
+starts on a notebook): nbmake offers no option for the kernel manager, so
+`pytest_configure` gives its `NotebookRun` a `NotebookClient` whose default is ours.
 """
 
 import os
@@ -22,6 +27,7 @@ import tempfile
 from ipykernel.kernelspec import get_kernel_dict
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from nbclient import NotebookClient
 from traitlets import default
 
 
@@ -54,3 +60,17 @@ class CourseKernel(AsyncKernelManager):
         await super()._async_cleanup_resources(restart)
         if not restart:  # a restarted kernel binds the same files again
             shutil.rmtree(os.path.dirname(self.ip), ignore_errors=True)
+
+
+class CourseNotebookClient(NotebookClient):
+    @default("kernel_manager_class")
+    def _course_kernel(self):
+        return CourseKernel
+
+
+def pytest_configure(config):
+    """In every process that runs notebooks (xdist's workers too): nbmake's NotebookRun
+    makes its client by this module-level name."""
+    import nbmake.nb_run  # here: the build needs no nbmake
+
+    nbmake.nb_run.NotebookClient = CourseNotebookClient

@@ -1,6 +1,7 @@
 """The suite's own pytest hooks (pyproject's addopts loads them with `-p`).
 
-Four things pytest and nbmake do not do by themselves:
+Three things pytest does not do by itself (and course.kernels, a plugin of its own,
+gives nbmake's notebooks the course's kernels):
 
 - Run the slowest items first. With two workers, a long item that starts last keeps
   one worker busy while the other idles. pytest's own order cannot be set from
@@ -15,9 +16,6 @@ Four things pytest and nbmake do not do by themselves:
 - Show the parts of notebooks that were skipped (common.parts): nbmake reports a
   notebook as passed or failed, nothing in between. The notebooks' kernels write them
   to the file COURSE_SKIPPED_PARTS names; the summary lists them.
-- Run the notebooks in the course's kernels (course.kernels): this Python, over Unix
-  sockets, not TCP ports that a DDP job's connections can take. nbmake offers no option
-  for the kernel manager; the one line that sets it is `use_course_kernels`.
 """
 
 import json
@@ -25,12 +23,7 @@ import os
 import shutil
 import tempfile
 
-import nbmake.nb_run
 import pytest
-from nbclient import NotebookClient
-from traitlets import default
-
-from course.kernels import CourseKernel
 
 # Node id prefixes, slowest first, from CI's --durations at 1e70fb4 (seconds of one
 # run on 2 cores, under the suite's load). Items not named keep pytest's order after them.
@@ -81,20 +74,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(notebook_limit(item.path, default_cell_limit)))
 
 
-class CourseNotebookClient(NotebookClient):
-    @default("kernel_manager_class")
-    def _course_kernel(self):
-        return CourseKernel
-
-
-def use_course_kernels():
-    """nbmake's NotebookRun makes a NotebookClient by this module-level name: every
-    notebook it runs in this process gets the course's kernel manager."""
-    nbmake.nb_run.NotebookClient = CourseNotebookClient
-
-
 def pytest_configure(config):
-    use_course_kernels()  # in every process that runs notebooks: xdist's workers too
     # Set once, before xdist starts its workers: they, and the kernels they start,
     # inherit it. A pytest run inside a test finds it set, and leaves it to its owner.
     if not hasattr(config, "workerinput") and "COURSE_SKIPPED_PARTS" not in os.environ:

@@ -95,6 +95,21 @@ def run_forked(commands: list[tuple[Path, list[str]]], cwd: Path) -> list[dict]:
     return json.loads(finished.stdout)
 
 
+def run_nbmake(cwd: Path, *arguments: str, env=None, timeout: float = 120):
+    """`pytest --nbmake` in a process of its own, on the notebooks and with the options of
+    `arguments`, its kernels the suite's (course.kernels: over Unix sockets, so that no
+    DDP job of the suite running beside it can take their ports)."""
+    return subprocess.run(
+        [PYTHON, "-m", "pytest", "-p", "course.kernels", "-p", "no:cacheprovider", "--nbmake"]
+        + list(arguments),
+        cwd=cwd,
+        env=os.environ | {"PYTHONPATH": str(REPO)} | (env or {}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def run_with_sitecustomize(tmp_path: Path, code: str, command: str, **options) -> str:
     """`common.launch.run(command)` with `code` as the `sitecustomize` module of every
     Python it starts (torchrun's and each worker's): a change injected from outside, so

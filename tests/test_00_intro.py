@@ -2,9 +2,8 @@
 hello-world job reports, with 2 and 3 processes, the notebook's own check cell asserts.)"""
 
 import shutil
-import subprocess
 
-from conftest import PYTHON, REPO
+from conftest import REPO, run_nbmake
 
 LESSON = REPO / "00_intro"
 
@@ -18,24 +17,14 @@ def test_the_notebook_fails_when_its_script_fails(tmp_path):
             "    dist.destroy_process_group()\n", "    raise SystemExit(7)\n"
         )
     )
-    result = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "pytest",
-            "--nbmake",
-            "--nbmake-timeout=120",
-            "-p",
-            "no:xdist",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            str(lesson / "00_intro.ipynb"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
+    result = run_nbmake(
+        tmp_path,
+        "--nbmake-timeout=120",
+        "-p",
+        "no:xdist",
+        "-o",
+        "addopts=",
+        str(lesson / "00_intro.ipynb"),
         timeout=600,
     )
     assert result.returncode == 1, result.stdout[-3000:]

@@ -38,6 +38,9 @@ def count_in_world(rank, world_size, port, counts, answers):
     ids=["first-attempt", "one-node-restarted", "all-restarted"],
 )
 def test_every_rank_gets_the_largest_count_of_any_agent(counts, job):
-    answers = mp.Manager().dict()
-    mp.spawn(count_in_world, args=(len(counts), free_port(), counts, answers), nprocs=len(counts))
-    assert [answers[rank] for rank in range(len(counts))] == [job] * len(counts)
+    with mp.Manager() as manager:  # its server process ends with the block
+        answers = manager.dict()
+        mp.spawn(
+            count_in_world, args=(len(counts), free_port(), counts, answers), nprocs=len(counts)
+        )
+        assert [answers[rank] for rank in range(len(counts))] == [job] * len(counts)

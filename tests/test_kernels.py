@@ -1,5 +1,5 @@
 """Notebooks run in this Python, over Unix sockets: the kernels of the tests (nbmake with
-course.pytest_hooks) and of the build (course.build) take no TCP port (course/kernels.py)."""
+the course.kernels plugin) and of the build (course.build) take no TCP port (course/kernels.py)."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import nbformat
-from conftest import REPO
+from conftest import PYTHON, REPO
 
 from course.build import execute
 
@@ -41,12 +41,12 @@ def assert_unix_sockets_in_this_python(record):
 
 def test_the_tests_kernels_use_unix_sockets(tmp_path):
     notebook = probe_notebook(tmp_path, tmp_path / "seen.json")
-    env = os.environ | {"PYTHONPATH": str(REPO)}
+    # The suite's own configuration (pyproject's addopts, which load the plugin), not the
+    # options a test would pass: what every notebook of the suite gets.
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "course.pytest_hooks", "-p", "no:cacheprovider"]
-        + ["--nbmake", notebook.name],
+        [PYTHON, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path)]
+        + [notebook.name],
         cwd=tmp_path,
-        env=env,
         capture_output=True,
         text=True,
         timeout=120,

@@ -15,7 +15,6 @@ gives each notebook item its code cells times its cell limit, tested at the end.
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import run_nbmake
 
 from course.pytest_hooks import SLOWEST_FIRST, slowness_rank
 
@@ -159,25 +159,13 @@ def test_a_notebook_may_run_as_long_as_its_cells_limits_allow(tmp_path, hooks):
     # Two cells of 2 s under a cell limit of 10 s, and pytest-timeout's limit of 3 s per
     # item: the notebook passes only if the hooks give it its cells' 20 s.
     (tmp_path / "naps.ipynb").write_text(json.dumps(NOTEBOOK_OF_TWO_NAPS))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--nbmake",
-            "--nbmake-timeout=10",
-            "-o",
-            "timeout=3",
-            "-p",
-            "no:cacheprovider",
-            *(["-p", "course.pytest_hooks"] if hooks else []),
-            "naps.ipynb",
-        ],
-        cwd=tmp_path,
-        env=os.environ | {"PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = run_nbmake(
+        tmp_path,
+        "--nbmake-timeout=10",
+        "-o",
+        "timeout=3",
+        *(["-p", "course.pytest_hooks"] if hooks else []),
+        "naps.ipynb",
     )
     if hooks:
         assert result.returncode == 0, result.stdout + result.stderr

@@ -2,13 +2,10 @@
 summary, and a failure under COURSE_STRICT=1 (common.parts, course/pytest_hooks.py)."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO
+from conftest import run_nbmake
 
 from common import parts
 
@@ -62,16 +59,8 @@ def test_under_strict_mode_a_part_that_cannot_run_fails(environment, monkeypatch
 @pytest.mark.parametrize("strict", [False, True], ids=["skipped", "strict"])
 def test_pytest_lists_a_notebooks_skipped_part_or_fails_it(environment, tmp_path, strict):
     (tmp_path / "demo.ipynb").write_text(json.dumps(NOTEBOOK))
-    env = os.environ | {"PYTHONPATH": str(REPO)} | ({"COURSE_STRICT": "1"} if strict else {})
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "course.pytest_hooks", "-p", "no:cacheprovider"]
-        + ["--nbmake", "demo.ipynb"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    strict_mode = {"COURSE_STRICT": "1"} if strict else {}
+    result = run_nbmake(tmp_path, "-p", "course.pytest_hooks", "demo.ipynb", env=strict_mode)
     if strict:
         assert result.returncode == 1, result.stdout
         plain = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout)  # the kernel's colours
