@@ -24,11 +24,22 @@ import psutil
 from common.cli import positive_seconds
 from common.listening import tcp_sockets
 from common.output import plain_text
+from common.versions import release
 
 # A job's own lines and its errors; not the stack traces, nor torchrun's failure report.
 KEY = re.compile(r"^\[rank\d\] |\w+Error\b|Detected mismatch|failed to pass|^(port|node) \d")
 NOISE = re.compile(r"ChildFailedError|raise |^frame #|^Exception raised from")
 PID_LINE = re.compile(r"^\[rank(\d+)\] pid (\d+) ", re.MULTILINE)
+# What two of the tools do on gloo with each PyTorch release, measured here (CPU, one
+# machine, Python 3.11, 2026-11-26) with `ddp_under_detail` and `fr_trace_as_written`:
+# building a DDP model under TORCH_DISTRIBUTED_DEBUG=DETAIL, and PyTorch's flight-record
+# reader on gloo's records as written. The hangs notebook's check and test_04_hangs
+# assert the running release's row, so a release that changes either fails them. 2.15,
+# which requirements.txt allows, could not be installed where this was measured.
+MEASURED = {
+    minor: {"DDP under DETAIL": "SIGSEGV", "fr_trace on gloo's records": "KeyError"}
+    for minor in ("2.11", "2.12", "2.13", "2.14")
+}
 # faulthandler prints the threads newest first, so a dump ends with the main thread's
 # outermost frame: the script's module level.
 END_OF_DUMP = r'^  File ".*", line \d+ in <module>$'
@@ -219,3 +230,39 @@ def last_collectives(records: dict[int, dict], count: int = 3) -> list[str]:
                 f"{sizes:<12} {caller}"
             )
     return rows
+
+
+DDP_UNDER_DETAIL = (
+    "import torch, torch.distributed as dist; "
+    "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1); "
+    "torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1)); print('DDP built')"
+)
+
+
+def ddp_under_detail(folder: Path) -> str:
+    """What building a DDP model on gloo does under TORCH_DISTRIBUTED_DEBUG=DETAIL, in a
+    process of its own (started in `folder`): 'builds', or the signal that ended it
+    ('SIGSEGV'), or its exit status."""
+    env = {**os.environ, "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+    done = subprocess.run(
+        [sys.executable, "-c", DDP_UNDER_DETAIL], capture_output=True, text=True,
+        timeout=120, cwd=folder, env=env,
+    )  # fmt: skip
+    if done.returncode == 0 and "DDP built" in done.stdout:
+        return "builds"
+    if done.returncode < 0:
+        return signal.Signals(-done.returncode).name
+    return f"exit status {done.returncode}"
+
+
+def fr_trace_as_written(output: str) -> str:
+    """What PyTorch's reader did with gloo's records as written, from its output:
+    'KeyError' (its lookup of the group, repaired by repair_for_fr_trace) or 'reads'."""
+    return "KeyError" if re.search(r"KeyError: \('0', [01]\)", output) else "reads"
+
+
+def measured(what: str, version: str) -> str | None:
+    """What MEASURED says `what` does with PyTorch `version` ('2.14.1+cu130'); None for
+    a release not measured."""
+    major, minor = release(version)
+    return MEASURED.get(f"{major}.{minor}", {}).get(what)
