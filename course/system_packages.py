@@ -5,7 +5,10 @@ of its own: nothing in the course or its tests installs them as a side effect.
     sudo python3 -m course.system_packages --check  # only say what is missing
 
 - Slurm and munge, for lesson 04's local two-node cluster (and 05's sbatch test);
-- chromium, for the check that the rendered course loads nothing from the network.
+- chromium, for the check that the rendered course loads nothing from the network;
+- iproute2 and util-linux (`ip`, `unshare`), for lesson 04's two hosts in network
+  namespaces, and git, with which the tests list the course's files and
+  `course.pythons` clones it: a slim Debian image lacks them.
 
 Without them those parts say why they are skipped (in the notebook, and in pytest's
 skip summary). It uses only Python's standard library, so it runs before the virtual
@@ -28,6 +31,8 @@ PARTS = {
         ["munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo"],
     ),
     "chromium": (["chromium"], ["chromium"]),
+    "netns": (["iproute2", "util-linux"], ["ip", "unshare"]),
+    "git": (["git"], ["git"]),
 }
 INSTALL_COMMAND = "sudo python3 -m course.system_packages"
 

@@ -9,6 +9,7 @@ import pytest
 from conftest import PYTHON, REPO
 
 from course import system_packages
+from course.cluster import netns
 
 
 def test_without_root_it_installs_nothing_and_names_the_command(monkeypatch):
@@ -40,7 +41,13 @@ def test_the_command_runs_without_the_virtual_environment():
         [PYTHON, "-m", "course.system_packages", "slurmm"], cwd=REPO, capture_output=True, text=True
     )
     assert unknown.returncode == 2
-    assert "no part named slurmm; the parts are: slurm, chromium" in unknown.stderr
+    assert "no part named slurmm; the parts are: slurm, chromium, netns, git" in unknown.stderr
+
+
+def test_it_installs_the_programs_the_network_namespaces_need():
+    # The strict run's two-hosts part checks for these programs (netns.why_unavailable).
+    packages, programs = system_packages.PARTS["netns"]
+    assert programs == list(netns.TOOLS) and packages == list(netns.TOOLS.values())
 
 
 def test_a_part_that_cannot_run_skips_or_under_strict_fails(monkeypatch):

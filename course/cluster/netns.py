@@ -30,6 +30,7 @@ import psutil
 from common.command_line import resolve
 from common.processes import terminate
 
+TOOLS = {"ip": "iproute2", "unshare": "util-linux"}  # program: its Debian package
 NETNS_ETC = Path("/etc/netns")  # `ip netns exec NAME` mounts /etc/netns/NAME/* over /etc/*
 INTERFACE = "eth0"
 
@@ -40,9 +41,9 @@ def why_unavailable() -> str | None:
         return f"network namespaces are a Linux feature (this is {sys.platform})"
     if os.geteuid() != 0:
         return "making network namespaces needs root (`ip netns add`); run as root to see it"
-    for tool in ("ip", "unshare"):
+    for tool, package in TOOLS.items():
         if shutil.which(tool) is None:
-            return f"`{tool}` not found: install iproute2 and util-linux"
+            return f"`{tool}` not found: install {package} (sudo python3 -m course.system_packages)"
     # Root is not enough in an unprivileged container: try it for real.
     probe = f"ddp-course-probe-{uuid.uuid4().hex[:8]}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
