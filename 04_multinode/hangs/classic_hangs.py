@@ -90,8 +90,8 @@ def statistics_in_order(loss: torch.Tensor, batch: torch.Tensor, rank: int, fixe
 def average_gradients(model: torch.nn.Module, world_size: int) -> None:
     """What DDP does inside backward(), written out: every gradient summed over the
     ranks, then divided by their number. (Not DDP itself: with gloo, building a DDP
-    model under TORCH_DISTRIBUTED_DEBUG=DETAIL crashed with SIGSEGV in PyTorch 2.14.1;
-    the lesson's notebook checks yours.)"""
+    model under TORCH_DISTRIBUTED_DEBUG=DETAIL crashes with SIGSEGV in PyTorch 2.11 to
+    2.14, common.hangs.MEASURED; the lesson's notebook checks yours.)"""
     for parameter in model.parameters():
         dist.all_reduce(parameter.grad)
         parameter.grad /= world_size
