@@ -46,31 +46,12 @@ class Trainer:
         self.crash_at = crash_at  # (rank, epoch, step) counted from 0, or None
         self.stop = stop  # notes SIGTERM/SIGUSR1; None: a signal kills the process
         self.raw_model, self.optimizer = model.to(device), optimizer
-        self.batch_size, self.micro_batches = micro_batching(config, world_size)
-        self.steps_per_epoch, self.total_steps, self.decay_steps = count_steps(
-            config, len(train_set)
-        )
-        self.tokens_per_step = config.trainer.global_batch_size * train_set.block_size
-        self.settings_saved = {**shaping_settings(config), "steps_per_epoch": self.steps_per_epoch}
+        self._plan_the_steps()  # the global batch's split, and how many steps
         self._make_loaders(train_set, val_set)
-        self.files = SnapshotFiles(
-            config.trainer.snapshot_path, config.trainer.keep_snapshots, global_rank
-        )
-        self.metrics_path = Path(config.trainer.metrics_path)
-        self.step, self.train_seconds, self.best_val_loss = 0, 0.0, math.inf
-        state = self._resume(resume_with_new_config)  # None: a fresh run
-        self.precision, self.scaler, notice = precision_and_scaler(
-            config.trainer.amp, device, self.raw_model, self.train_loader, state,
-            resume_with_new_config, self.files.latest,
-        )  # fmt: skip
-        if notice:
-            log0(notice)
+        state = self._start_or_resume(resume_with_new_config)  # None: a fresh run
+        self._choose_the_precision(state, resume_with_new_config)
         if global_rank == 0:  # a fresh run starts an empty file
             keep_metrics_up_to(self.metrics_path, self.step if state else None)
-        self.flops_per_token = model_flops_per_token(self.raw_model, train_set.block_size)
-        peak = config.trainer.peak_tflops * 1e12 or peak_flops(device, self.precision.dtype)
-        self.peak_flops = peak * world_size  # MFU: of every process's device together
-
         # torch.compile before the DDP wrap: DDP then calls the compiled module.
         compiled = torch.compile(self.raw_model) if config.trainer.compile else self.raw_model
         self.model = DDP(compiled, device_ids=[local_rank] if device.type == "cuda" else None)
@@ -82,13 +63,31 @@ class Trainer:
         if note := small_micro_batches(config, world_size):
             log0(note)
 
+    def _plan_the_steps(self) -> None:
+        config, steps = self.config, count_steps(self.config, len(self.train_set))
+        self.batch_size, self.micro_batches = micro_batching(config, self.world_size)
+        self.steps_per_epoch, self.total_steps, self.decay_steps = steps
+        self.tokens_per_step = config.trainer.global_batch_size * self.train_set.block_size
+        self.settings_saved = {**shaping_settings(config), "steps_per_epoch": self.steps_per_epoch}
+
+    def _choose_the_precision(self, state: dict | None, accept_changes: bool) -> None:
+        """bf16, fp16 or float32 (a resume keeps its run's), and the MFU's peak for it."""
+        self.precision, self.scaler, notice = precision_and_scaler(
+            self.settings.amp, self.device, self.raw_model, self.train_loader, state,
+            accept_changes, self.files.latest,
+        )  # fmt: skip
+        if notice:
+            log0(notice)
+        self.flops_per_token = model_flops_per_token(self.raw_model, self.train_set.block_size)
+        peak = self.settings.peak_tflops * 1e12 or peak_flops(self.device, self.precision.dtype)
+        self.peak_flops = peak * self.world_size  # MFU: of every process's device together
+
     def _make_loaders(self, train_set, val_set) -> None:
-        # The training windows are random already (char_dataset.py): the sampler does
-        # not shuffle, it deals each rank its share of every global batch. Validation:
-        # every rank a strided share of the windows, each window once. Each loader
-        # draws its epoch seed from a generator of its own, not from the global one,
-        # whose stream (dropout) a resume must replay exactly. Pinned memory lets the
-        # copies to a GPU run without blocking (`non_blocking=True` below).
+        # The training windows are random already (char_dataset.py): the sampler does not shuffle,
+        # it deals each rank its share of every global batch. Validation: every rank a strided share
+        # of the windows, each window once. Each loader draws its epoch seed from a generator of its
+        # own, not from the global one, whose stream (dropout) a resume must replay exactly. Pinned
+        # memory lets the copies to a GPU run without blocking (`non_blocking=True` below).
         self.train_sampler = DistributedSampler(train_set, shuffle=False, drop_last=True)
         loader = {"pin_memory": self.device.type == "cuda", "generator": torch.Generator()}
         self.train_loader = DataLoader(
@@ -97,9 +96,13 @@ class Trainer:
         val_share = range(self.global_rank, len(val_set), self.world_size)
         self.val_loader = DataLoader(val_set, self.batch_size, sampler=val_share, **loader)
 
-    def _resume(self, accept_changes: bool) -> dict | None:
+    def _start_or_resume(self, accept_changes: bool) -> dict | None:
         """Load the snapshot, if there is one, into the model and optimizer (before the
         DDP wrap, which broadcasts rank 0's weights); every rank agrees on it or stops."""
+        paths = self.settings
+        self.files = SnapshotFiles(paths.snapshot_path, paths.keep_snapshots, self.global_rank)
+        self.metrics_path = Path(paths.metrics_path)
+        self.step, self.train_seconds, self.best_val_loss = 0, 0.0, math.inf
         state, error = None, None
         try:
             state, notices = read_snapshot(
