@@ -97,11 +97,11 @@ class Trainer:
         self.val_loader = DataLoader(val_set, self.batch_size, sampler=val_share, **loader)
 
     def _start_or_resume(self, accept_changes: bool) -> dict | None:
-        """Load the snapshot, if there is one, into the model and optimizer (before the
-        DDP wrap, which broadcasts rank 0's weights); every rank agrees on it or stops."""
-        paths = self.settings
-        self.files = SnapshotFiles(paths.snapshot_path, paths.keep_snapshots, self.global_rank)
-        self.metrics_path = Path(paths.metrics_path)
+        """A fresh run's files and counters, then the snapshot if any, loaded before the
+        DDP wrap (which broadcasts rank 0's weights); every rank agrees on it or stops."""
+        where = self.settings  # snapshot_path, keep_snapshots, metrics_path
+        self.files = SnapshotFiles(where.snapshot_path, where.keep_snapshots, self.global_rank)
+        self.metrics_path = Path(where.metrics_path)
         self.step, self.train_seconds, self.best_val_loss = 0, 0.0, math.inf
         state, error = None, None
         try:
