@@ -127,6 +127,12 @@ def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeo
             world_size=world_size,
             timeout=timedelta(seconds=timeout),
         )
+        # init_process_group can return on one rank while a peer is still connecting
+        # (PyTorch waits there only under TORCH_DIST_INIT_BARRIER=1): without this, an answer
+        # with no collective lets ranks finish and leave before rank 0 has connected,
+        # and rank 0 fails in init instead of in the exercise.
+        rendezvous.set(f"joined/{rank}", "yes")
+        rendezvous.wait([f"joined/{other}" for other in range(world_size)])
         outcome = ("result", getattr(load(runner_file), runner_name)(load(path)))
     except NotImplementedError as error:
         outcome = ("not attempted", _raised_in(error, Path(path)))
