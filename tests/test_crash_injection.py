@@ -12,7 +12,7 @@ from common.crash_injection import restarts_of_the_job
 from common.ports import free_port
 
 
-def count_in_world(rank, world_size, port, counts, answers):
+def count_in_world(rank, world_size, port, counts, folder):
     # Each process plays one node's worker, with its agent's restart count (None: unset,
     # as on torchrun's first attempt of a worker that was never restarted).
     if counts[rank] is None:
@@ -23,7 +23,7 @@ def count_in_world(rank, world_size, port, counts, answers):
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
     )
     try:
-        answers[rank] = restarts_of_the_job(torch.device("cpu"))
+        (folder / f"rank{rank}").write_text(str(restarts_of_the_job(torch.device("cpu"))))
     finally:
         dist.destroy_process_group()
 
@@ -37,10 +37,9 @@ def count_in_world(rank, world_size, port, counts, answers):
     ],
     ids=["first-attempt", "one-node-restarted", "all-restarted"],
 )
-def test_every_rank_gets_the_largest_count_of_any_agent(counts, job):
-    with mp.Manager() as manager:  # its server process ends with the block
-        answers = manager.dict()
-        mp.spawn(
-            count_in_world, args=(len(counts), free_port(), counts, answers), nprocs=len(counts)
-        )
-        assert [answers[rank] for rank in range(len(counts))] == [job] * len(counts)
+def test_every_rank_gets_the_largest_count_of_any_agent(counts, job, tmp_path):
+    # Answers come back as files: no Manager, whose server process would be forked
+    # from this multi-threaded test process (Python 3.12 warns: it may deadlock).
+    mp.spawn(count_in_world, args=(len(counts), free_port(), counts, tmp_path), nprocs=len(counts))
+    answers = [int((tmp_path / f"rank{rank}").read_text()) for rank in range(len(counts))]
+    assert answers == [job] * len(counts)
