@@ -32,11 +32,7 @@ def file_text(path: str | Path) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
-def definition_text(path: str | Path, name: str) -> str:
-    """The source of the function or class `name` (a method as `Class.method`),
-    decorators included."""
-    source = file_text(path)
-    scope = ast.parse(source)
+def _definition_node(scope: ast.AST, name: str, path: str | Path) -> ast.AST:
     node = None
     for part in name.split("."):
         node = next(
@@ -51,27 +47,65 @@ def definition_text(path: str | Path, name: str) -> str:
         if node is None:
             raise LookupError(f"{path} defines no function or class named {name!r}")
         scope = node
-    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-    lines = source.splitlines()
-    return "\n".join(lines[first - 1 : node.end_lineno])
+    return node
 
 
-def code_text(path: str | Path) -> str:
-    """The script without its module docstring: each script describes itself, so the
-    two descriptions differ wholesale and would bury the change in the code."""
+def _first_line(node: ast.AST) -> int:
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
+
+
+def definition_text(path: str | Path, name: str) -> str:
+    """The source of the function or class `name` (a method as `Class.method`),
+    decorators included."""
     source = file_text(path)
-    body = ast.parse(source).body
-    if not (body and ast.get_docstring(ast.Module(body=body[:1], type_ignores=[]))):
-        return source
-    return "\n".join(source.splitlines()[body[0].end_lineno :]).lstrip("\n") + "\n"
+    node = _definition_node(ast.parse(source), name, path)
+    lines = source.splitlines()
+    return "\n".join(lines[_first_line(node) - 1 : node.end_lineno])
 
 
-def diff_text(old: str | Path, new: str | Path, context: int = 3) -> str:
-    """A unified diff from one script's code to the next's (module docstrings left out)."""
+def code_text(path: str | Path, leave_out: tuple[str, ...] = ()) -> str:
+    """The script without its module docstring: each script describes itself, so the
+    two descriptions differ wholesale and would bury the change in the code. The
+    top-level functions and classes named in `leave_out` go too (with the blank lines
+    after them), so that a change of two ideas can be shown as two diffs."""
+    source = file_text(path)
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    dropped = set()
+    if tree.body and ast.get_docstring(ast.Module(body=tree.body[:1], type_ignores=[])):
+        dropped.update(range(1, tree.body[0].end_lineno + 1))
+    for name in leave_out:
+        node = _definition_node(tree, name, path)
+        end = node.end_lineno
+        while end < len(lines) and not lines[end].strip():
+            end += 1  # lines[end] is line end + 1
+        dropped.update(range(_first_line(node), end + 1))
+    kept = [line for number, line in enumerate(lines, 1) if number not in dropped]
+    return "\n".join(kept).lstrip("\n") + "\n"
+
+
+def _definitions_text(path: str | Path, names: tuple[str, ...]) -> str:
+    return "\n\n\n".join(definition_text(path, name) for name in names) + "\n"
+
+
+def diff_text(
+    old: str | Path,
+    new: str | Path,
+    context: int = 3,
+    only: tuple[str, ...] = (),
+    leave_out: tuple[str, ...] = (),
+) -> str:
+    """A unified diff from one script's code to the next's (module docstrings left out).
+    `only` limits it to the named top-level definitions, `leave_out` leaves them out:
+    one script's change, shown as the diff of each idea it adds."""
+    if only:
+        old_text, new_text = _definitions_text(old, only), _definitions_text(new, only)
+    else:
+        old_text, new_text = code_text(old, leave_out), code_text(new, leave_out)
     return "".join(
         difflib.unified_diff(
-            code_text(old).splitlines(keepends=True),
-            code_text(new).splitlines(keepends=True),
+            old_text.splitlines(keepends=True),
+            new_text.splitlines(keepends=True),
             fromfile=str(old),
             tofile=str(new),
             n=context,
@@ -89,6 +123,12 @@ def show_definition(path: str | Path, name: str) -> Markdown:
     return _fenced(definition_text(path, name), "python")
 
 
-def show_diff(old: str | Path, new: str | Path, context: int = 3) -> Markdown:
-    """What changed from `old` to `new`, as a highlighted diff."""
-    return _fenced(diff_text(old, new, context), "diff")
+def show_diff(
+    old: str | Path,
+    new: str | Path,
+    context: int = 3,
+    only: tuple[str, ...] = (),
+    leave_out: tuple[str, ...] = (),
+) -> Markdown:
+    """What changed from `old` to `new`, as a highlighted diff (`diff_text`)."""
+    return _fenced(diff_text(old, new, context, only, leave_out), "diff")

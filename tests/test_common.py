@@ -181,6 +181,19 @@ def test_source_reads_definitions_and_diffs(tmp_path):
     assert "def main" in definition_text(REPO / "00_intro" / "hello_torchrun.py", "main")
 
 
+def test_a_diff_can_be_shown_one_idea_at_a_time(tmp_path):
+    old = tmp_path / "old.py"
+    new = tmp_path / "new.py"
+    old.write_text('"""Old."""\n\n\ndef setup():\n    return 1\n\n\nclass T:\n    x = 1\n')
+    new.write_text('"""New."""\n\n\ndef setup():\n    return 2\n\n\nclass T:\n    x = 3\n')
+    first = diff_text(old, new, leave_out=("T",))
+    second = diff_text(old, new, only=("T",))
+    assert "+    return 2" in first and "x = " not in first
+    assert "+    x = 3" in second and "return" not in second
+    whole = diff_text(old, new)
+    assert "+    return 2" in whole and "+    x = 3" in whole
+
+
 def test_positive_int_refuses_zero_negatives_and_words_in_one_line(capsys):
     parser = LessonArgumentParser(prog="train.py", launch_hint="python train.py 20 5")
     parser.add_argument("total_epochs", type=positive_int)

@@ -3,10 +3,13 @@
 modules of the project import each other, directly or around a circle."""
 
 import ast
+import json
 import re
 from pathlib import Path
 
 from conftest import REPO, tracked_texts
+
+from common.source import diff_text
 
 MAX_LINES = 300
 # A file over the limit, and why it is still one file. Each entry is a debt: the issue
@@ -107,3 +110,39 @@ def test_common_lists_every_module_it_holds():
     listed = set(re.findall(r"`(\w+)`", (REPO / "common" / "__init__.py").read_text()))
     modules = {path.stem for path in (REPO / "common").glob("*.py")} - {"__init__"}
     assert modules - listed == set()
+
+
+# A diff a notebook shows is one idea's change: about 100 changed lines at most (issue 33).
+MAX_SHOWN_DIFF = 120
+
+
+def shown_diffs() -> list[tuple[str, Path, Path, dict]]:
+    """Every `show_diff(...)` in a notebook's code cells: the notebook, the two scripts
+    (relative to the notebook's folder, as the cell reads them) and its keywords."""
+    found = []
+    for name, text in tracked_texts().items():
+        if not name.endswith(".ipynb"):
+            continue
+        folder = (REPO / name).parent
+        for cell in json.loads(text)["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"])
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "show_diff":
+                    old, new = (folder / ast.literal_eval(arg) for arg in node.args[:2])
+                    keywords = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+                    found.append((name, old, new, keywords))
+    return found
+
+
+def test_every_diff_a_notebook_shows_is_one_ideas_change():
+    diffs = shown_diffs()
+    assert len(diffs) >= 5  # 02, 03 (two), 03 part 3, 04: the parser found them
+    sizes = {}
+    for notebook, old, new, keywords in diffs:
+        diff = diff_text(old, new, **keywords)
+        lines = diff.splitlines()[2:]  # after the two file names
+        changed = [line for line in lines if line.startswith(("+", "-"))]
+        sizes[f"{notebook}: {old.name} -> {new.name} {keywords}"] = len(changed)
+    assert {shown: size for shown, size in sizes.items() if size > MAX_SHOWN_DIFF} == {}
