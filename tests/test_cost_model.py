@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from conftest import lesson_module
 
-from common import at_scale
+from common import at_scale, cost_model
 from common.cost_model import (
     Link,
     assign_buckets,
@@ -201,3 +201,10 @@ def test_the_published_comparison_reads_the_model_not_the_figures():
     assert one.step == at_scale.PUBLISHED["1 GPU, no DDP"]
     assert sixteen.step == pytest.approx(one.step + sixteen.exposed_communication)
     assert 0 < sixteen.exposed_communication < 0.01 * one.step
+
+
+def test_each_measurement_keeps_its_quickest_round():
+    first = [{"world_size": 2, "bytes": 8, "t": 3.0}, {"world_size": 2, "bytes": 64, "t": 1.0}]
+    second = [{"world_size": 2, "bytes": 8, "t": 2.0}, {"world_size": 2, "bytes": 64, "t": 5.0}]
+    kept = cost_model.quickest_rows(first + second, same=("world_size", "bytes"), seconds_key="t")
+    assert kept == [second[0], first[1]]  # in the order first measured, each its quickest
