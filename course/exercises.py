@@ -113,13 +113,13 @@ def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeo
 
     torch.set_num_threads(1)  # N processes share the cores
     outcome = None
+    started = False  # the exercise itself, after the world's set-up
     try:
         # Wait for every process to have started Python and torch (slow on a busy
         # machine) before the clock of `timeout` starts: it is for the exercise.
         rendezvous = dist.FileStore(store, world_size)
         rendezvous.set_timeout(timedelta(seconds=STARTUP_SECONDS))
-        rendezvous.set(f"started/{rank}", "yes")
-        rendezvous.wait([f"started/{other}" for other in range(world_size)])
+        _all_ranks_reach(rendezvous, "started", rank, world_size)
         dist.init_process_group(
             "gloo",
             store=rendezvous,
@@ -131,13 +131,14 @@ def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeo
         # (PyTorch waits there only under TORCH_DIST_INIT_BARRIER=1): without this, an answer
         # with no collective lets ranks finish and leave before rank 0 has connected,
         # and rank 0 fails in init instead of in the exercise.
-        rendezvous.set(f"joined/{rank}", "yes")
-        rendezvous.wait([f"joined/{other}" for other in range(world_size)])
+        _all_ranks_reach(rendezvous, "joined", rank, world_size)
+        started = True
         outcome = ("result", getattr(load(runner_file), runner_name)(load(path)))
     except NotImplementedError as error:
         outcome = ("not attempted", _raised_in(error, Path(path)))
     except Exception as error:
-        outcome = ("error", "".join(traceback.format_exception(error)).rstrip())
+        trace = "".join(traceback.format_exception(error)).rstrip()
+        outcome = ("error", trace if started else f"{SETUP_FAILED}\n{trace}")
     finally:
         # The answer goes to disk before this rank leaves the group: when its peers fail
         # because it left, its answer already says whether it had finished.
@@ -147,6 +148,13 @@ def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeo
             os.replace(partial, answer)  # the parent never reads half an answer
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _all_ranks_reach(store, stage: str, rank: int, world_size: int) -> None:
+    """Mark this rank as at `stage` on the store and wait until every rank is (store
+    keys, not a collective: the learner's collective calls stay the only ones)."""
+    store.set(f"{stage}/{rank}", "yes")
+    store.wait([f"{stage}/{other}" for other in range(world_size)])
 
 
 def run_in_world(
@@ -226,6 +234,8 @@ def _collect(workers, answers, logs, timeout) -> list:
 
 # What gloo says on a rank whose peer's process closed its connections.
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+# The first line of an error raised while the world was being set up, before the answer ran.
+SETUP_FAILED = "the gloo world failed to start, before your answer ran (run the check again):"
 
 
 def _failure(rank: int, error: str, answers: list[Path]) -> str:
@@ -237,6 +247,8 @@ def _failure(rank: int, error: str, answers: list[Path]) -> str:
         for other, answer in enumerate(answers)
         if other != rank and answer.exists() and pickle.loads(answer.read_bytes())[0] == "result"
     ]
+    if error.startswith(SETUP_FAILED):
+        return f"on rank {rank}, {error}"
     if returned and any(words in error for words in PEER_GONE):
         ranks = f"rank {returned[0]}" if len(returned) == 1 else f"ranks {returned}"
         return (

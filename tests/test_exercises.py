@@ -4,12 +4,14 @@ plausible wrong answer (so the checks can fail); every notebook has a check cell
 each of its exercises."""
 
 import json
+import pickle
 
 import psutil
 import pytest
 from conftest import REPO, is_gone
 from exercise_answers import RIGHT, WRONG
 
+from course import exercises
 from course.exercises import evaluate, exercise_path, run_in_world, solution_path
 
 # (lesson, exercise, the function the learner writes)
@@ -114,3 +116,20 @@ def test_a_world_that_deadlocks_is_stopped_and_leaves_no_process(tmp_path):
         run_in_world(learner, (runner, "run"), world_size=2, timeout=5)
     left = set(psutil.Process().children(recursive=True)) - before
     assert [process for process in left if not is_gone(process.pid)] == []
+
+
+def test_a_world_that_fails_to_start_is_not_blamed_on_the_answer(tmp_path):
+    # A store path that cannot be one: the world fails in its set-up, before any answer.
+    store = tmp_path / "store"
+    store.mkdir()
+    answer = tmp_path / "answer0"
+    exercises._world_worker("x", "y", str(tmp_path / "a.py"), 0, 1, str(store), 5, str(answer))
+    kind, error = pickle.loads(answer.read_bytes())
+    assert kind == "error" and error.startswith(exercises.SETUP_FAILED)
+    # Even when a peer had returned and gloo saw its connection close, the message says
+    # the set-up failed, not that the peer skipped a collective.
+    peer = tmp_path / "answer1"
+    peer.write_bytes(pickle.dumps(("result", None)))
+    message = exercises._failure(0, f"{error}\nConnection closed by peer", [answer, peer])
+    assert message.startswith("on rank 0, the gloo world failed to start")
+    assert "never joined" not in message
