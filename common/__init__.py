@@ -22,7 +22,8 @@ what several lessons reuse).
 - `listening`: what a running job listens on, read from its processes (04_multinode;
   the set-up check's network note).
 - `notebook_device`: one device for a whole notebook, GPUs or the CPU, never some of
-  each (every lesson notebook); `versions`: a line that needs a newer PyTorch says so.
+  each (every lesson notebook), whose figures `figure_text` describes in words (alt
+  text); `versions`: a line that needs a newer PyTorch says so.
 - `replicas`: how far apart the ranks' copies of a tensor are (02); `traffic`: the
   bytes handed to `all_reduce` (02's DDP options).
 - `cost_model`, `at_scale`, `cost_plots`, `ring_stepper`: the alpha-beta model, its

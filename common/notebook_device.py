@@ -56,6 +56,10 @@ def choose(processes_per_machine: int = 0, cpu_because: str = "") -> str:
             )
     os.environ["DDP_DEVICE"] = _chosen = device
     print(line)
+    # Every notebook's first cell calls this: its figures get their titles as alt text.
+    from common.figure_text import describe_figures_in_notebooks
+
+    describe_figures_in_notebooks()
     return device
 
 

@@ -115,7 +115,7 @@ def ring_figure_grid(record: Record, columns: int = 4):
 
 def ring_animation(record: Record, interval_ms: int = 1200):
     """The same steps as an animation. In a notebook:
-    `IPython.display.HTML(ring_animation(record).to_jshtml())`."""
+    `HTML(animation_html(ring_animation(record), description))` (`common.figure_text`)."""
     fig, ax = plt.subplots(figsize=(5, 4.8))
 
     def frame(index):

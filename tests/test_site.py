@@ -38,7 +38,12 @@ REPRESENTATIVE = [
         textwrap.dedent("""\
         import matplotlib.pyplot as plt
         from matplotlib.animation import FuncAnimation
-        from IPython.display import HTML, Markdown, display"""),
+        from IPython.display import HTML, Markdown, display
+
+        from common.figure_text import animation_html
+        from common.notebook_device import choose
+
+        choose(cpu_because="a notebook of outputs")  # as every lesson's first cell"""),
     ),
     ("md", "## A figure"),
     (
@@ -48,6 +53,7 @@ REPRESENTATIVE = [
         ax.plot([1, 2, 3], [3, 1, 2])
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
+        ax.set_title("Loss per step")
         plt.show()"""),
     ),
     ("md", "## An animation"),
@@ -61,7 +67,7 @@ REPRESENTATIVE = [
         animation = FuncAnimation(fig, lambda i: line.set_data(range(i + 1), range(i + 1)),
                                   frames=3)
         plt.close(fig)
-        HTML(animation.to_jshtml())"""),
+        HTML(animation_html(animation, "A line growing"))"""),
     ),
     ("code", "from common.ring_stepper import stepper_html\n\nHTML(stepper_html(start=3))"),
     ("md", "## A table"),
@@ -123,6 +129,15 @@ def test_the_site_builds_without_a_warning(built):
     assert 'href="ring_allreduce.py.html"' in theory and "Not executed by this build" in theory
     assert "Speaker notes." not in theory  # they are the decks'
     assert (html / "00_intro" / "00_intro.slides.html").is_file()
+
+
+def test_a_figure_in_a_deck_carries_its_description_as_alt_text(built):
+    build, _ = built
+    deck = (build / "html" / "00_intro" / "00_intro.slides.html").read_text(encoding="utf-8")
+    images = re.findall(r"<img\b[^>]*>", deck)
+    assert images, "the representative notebook's figure is missing from its deck"
+    described = [re.search(r'alt="([^"]*)"', image) for image in images]
+    assert [alt[1] if alt else None for alt in described] == ["Loss per step", "A line growing"]
 
 
 def test_the_site_loads_cleanly_in_chromium(chromium, built):
