@@ -42,9 +42,12 @@ def run_once(command: list[str], time_limit: float, **environment: str) -> tuple
     Every launch here is on this machine alone, so torchrun gets the address 127.0.0.1
     (PET_LOCAL_ADDR, as common.launch gives it: the machine's name need not resolve).
     The command starts a process group of its own: on a time-out, torchrun and every
-    worker it started are killed together, none left behind."""
+    worker it started are killed together, none left behind. torchrun's error files go
+    into the launch's folder (PET_LOG_DIR), not a torchelastic_* folder left in the
+    system's temporary folder after every launch."""
     variables = {**os.environ, "OMP_NUM_THREADS": "1", "PET_LOCAL_ADDR": "127.0.0.1"}
     with tempfile.TemporaryDirectory(prefix="launch-") as folder:
+        variables["PET_LOG_DIR"] = os.path.join(folder, "torchrun-logs")
         process = subprocess.Popen(
             command,
             cwd=folder,

@@ -156,3 +156,14 @@ def test_a_launch_past_its_time_limit_is_killed_with_every_process_it_started():
     except psutil.TimeoutExpired:
         worker.kill()
         pytest.fail("the worker outlived its launch: an orphan")
+
+
+def test_a_launch_leaves_no_torchrun_folder_behind(tmp_path):
+    # torchrun's default for its error files is a new torchelastic_* folder in the
+    # temporary folder, never removed; run_once puts them in the launch's own folder.
+    children_temp = tmp_path / "temp"
+    children_temp.mkdir()
+    hello = next(entry for entry in LAUNCHES if entry.name == "hello_torchrun")
+    ending, output = run_once(hello.command(1, REPO), 120, TMPDIR=str(children_temp))
+    assert ending == "exit 0", output
+    assert list(children_temp.iterdir()) == []
