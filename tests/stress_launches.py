@@ -7,7 +7,7 @@ fresh temporary folder; a launch fails when it exits non-zero or runs past
 its time limit. It prints a table of failures per script and exits 1 if any launch
 failed.
 
-    .venv/bin/python tests/stress_launches.py --rounds 12       # 12 x 29 = 348 launches
+    .venv/bin/python tests/stress_launches.py --rounds 12       # 12 x 30 = 360 launches
     .venv/bin/python tests/stress_launches.py --rounds 3 --only multigpu exit_abort
     .venv/bin/python tests/stress_launches.py --rounds 12 --python_teardown  # as before
                                                     # end_process: the scripts' old ending
