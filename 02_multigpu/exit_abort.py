@@ -1,8 +1,8 @@
 """Lesson 02: why a finished DDP run can abort at exit, made likely, and the fix.
 
 Launched as DDP scripts are, a run can train, save, print its last line and then die
-of SIGABRT with `terminate called without an active exception`, now and then (about
-one launch in 15 to 30 here). This script sets up the same three ingredients so that
+of SIGABRT with `terminate called without an active exception`, now and then (rarely:
+lesson 02 gives the counts measured). This script sets up the same three ingredients so that
 it happens in most launches (lesson 02 and `common.distributed.end_process` explain
 them; which thread wins the GIL first still varies, so not in every launch):
 

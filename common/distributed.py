@@ -208,7 +208,7 @@ def end_process(exit_code: int = 0) -> NoReturn:
     the GIL. If the main thread has by then begun tearing the interpreter down, CPython
     (before 3.14) ends the waiting thread with `pthread_exit`, which cannot unwind
     through PyTorch's destructor: `terminate called without an active exception`,
-    SIGABRT, and a finished run reported as failed, about once in 10 to 30 launches.
+    SIGABRT, and a finished run reported as failed: rarely (the counts are lesson 02's).
     PyTorch gives no way to wait for that thread: once a model has been wrapped in DDP,
     gloo's threads outlive `destroy_process_group()` and the model itself. So the sure
     fix is not to start the teardown: flush the output, run the exit handlers (torch's,
