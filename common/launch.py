@@ -108,6 +108,7 @@ class Command:
                 # this machine, where 127.0.0.1 always works: torchrun reads
                 # --local-addr from PET_LOCAL_ADDR. An explicit --local-addr wins.
                 child_env.setdefault("PET_LOCAL_ADDR", "127.0.0.1")
+        if "torch.distributed.run" in " ".join(argv):  # also inside a wrapper (course.cluster)
             # torchrun keeps its workers' error files in a new folder of the system's
             # temporary folder, and leaves it there: one per launch, thousands per
             # suite run. Here (--log-dir, read from PET_LOG_DIR) the folder is this

@@ -32,6 +32,19 @@ def test_a_failing_job_fails(slurm_installed, tmp_path):
     assert "about to fail" in failure.value.output
 
 
+def test_the_jobs_temporary_files_go_into_the_clusters_folder(slurm_installed, tmp_path):
+    # torchrun leaves a torchelastic_* folder in $TMPDIR per agent: on this machine's
+    # cluster it must be the cluster's own folder, removed with it, not /tmp.
+    script = tmp_path / "tmp.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\nsrun bash -c 'echo \"tmp=$TMPDIR\"'\n")
+    output = slurm.run_sbatch(script, cwd=tmp_path, timeout=60)
+    folders = {Path(line.removeprefix("tmp=")) for line in output.split() if "tmp=" in line}
+    assert len(folders) == 1, output  # both nodes' tasks, one folder
+    (folder,) = folders
+    assert folder.name == "tmp" and folder.parent.name.startswith("ddp-slurm-"), output
+    assert not folder.exists()  # gone with the cluster
+
+
 def test_the_command_shown_is_the_command_that_ran(slurm_installed, tmp_path, capsys):
     """What run_sbatch shows carries the options sbatch really got (--chdir, --export)
     and the submit folder: typed into a shell, the line submits the very same job."""

@@ -2,6 +2,7 @@
 killed at its time limit, and nothing the command started may outlive it."""
 
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -255,4 +256,25 @@ def test_torchrun_keeps_its_error_files_in_a_folder_of_its_own_and_leaves_nothin
     logs = error_file.parents[3]  # logs/<run id>/attempt_0/<local rank>/error.json
     assert logs.name.startswith("torchrun-logs-"), error_file
     assert not logs.exists()
+    assert list(children_temp.iterdir()) == []
+
+
+def test_torchrun_inside_a_wrapper_leaves_nothing_either(tmp_path):
+    """The two hosts of lesson 04 start torchrun inside `ip netns exec ... sh -c`: its
+    error files go to the command's own folder too, not a torchelastic_* folder."""
+    children_temp = tmp_path / "temp"
+    children_temp.mkdir()
+    torchrun = resolve(
+        [
+            "torchrun",
+            "--standalone",
+            "--nproc_per_node=1",
+            str(REPO / "00_intro" / "hello_torchrun.py"),
+        ]
+    )
+    run(
+        f"sh -c {shlex.quote('exec ' + shlex.join(torchrun))}",
+        env={"TMPDIR": str(children_temp)},
+        quiet=True,
+    )
     assert list(children_temp.iterdir()) == []

@@ -89,6 +89,10 @@ class LocalCluster(SlurmClient):
             "PATH": path,
             "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": "1",
+            # The jobs' temporary files (each torchrun agent leaves a torchelastic_*
+            # folder) go into the cluster's folder and end with it, as on a cluster
+            # whose nodes give every job a temporary folder of its own.
+            "TMPDIR": str(self.folder / "tmp"),
         }
 
     # -- start and stop ------------------------------------------------------------
@@ -108,6 +112,7 @@ class LocalCluster(SlurmClient):
         if reason:
             raise RuntimeError(reason)
         self.folder = Path(tempfile.mkdtemp(prefix="ddp-slurm-"))
+        (self.folder / "tmp").mkdir()
         started = time.monotonic()
         self._start_munge()
         self._write_config()
