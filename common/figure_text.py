@@ -16,8 +16,8 @@ from matplotlib.figure import Figure
 
 def alt_text(fig: Figure) -> str:
     """The figure's titles: its own (suptitle), else each of its axes'."""
-    if fig._suptitle is not None and fig._suptitle.get_text():  # no public getter
-        return fig._suptitle.get_text()
+    if fig.get_suptitle():
+        return fig.get_suptitle()
     return "; ".join(ax.get_title() for ax in fig.axes if ax.get_title())
 
 

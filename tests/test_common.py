@@ -220,3 +220,17 @@ def test_an_older_pytorch_is_told_in_one_line_what_it_lacks(monkeypatch):
         monkeypatch.setattr(torch, "__version__", enough)
         versions.needs_torch("2.13", "anything")  # returns: new enough
     assert versions.release("2.9.1") < versions.release("2.13") < versions.release("2.14.0a0")
+
+
+def test_a_figure_is_described_by_its_titles():
+    import matplotlib.pyplot as plt
+
+    from common.figure_text import alt_text
+
+    fig, (left, right) = plt.subplots(1, 2)
+    left.set_title("loss")
+    right.set_title("tokens/s")
+    assert alt_text(fig) == "loss; tokens/s"
+    fig.suptitle("GPT on 2 processes")
+    assert alt_text(fig) == "GPT on 2 processes"  # the figure's own title says it all
+    plt.close(fig)
