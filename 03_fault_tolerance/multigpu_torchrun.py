@@ -36,14 +36,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
+import common.crash_injection as crash  # failures on purpose, for the lesson's demonstrations
 from common.cli import LessonArgumentParser, positive_int
-from common.crash_injection import (
-    CrashPlan,
-    add_crash_arguments,
-    check_crash_plan,
-    crash_plan,
-    die_now,
-)
 from common.data import SyntheticRegression
 from common.distributed import (
     check_gpus_go_round,
@@ -107,7 +101,7 @@ class Trainer:
         device: torch.device,
         save_every: int,
         snapshot_path: Path,
-        crash_at: CrashPlan | None,
+        crash_at: crash.CrashPlan | None,
     ) -> None:
         self.device = device
         self.global_rank = dist.get_rank()
@@ -154,7 +148,7 @@ class Trainer:
         # Only on torchrun's first attempt, so the restarted group gets past this point.
         first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
         if first_attempt and self.crash_at == (self.global_rank, epoch, step):
-            die_now(epoch, step)  # SIGKILL, like the out-of-memory killer
+            crash.die_now(epoch, step)  # SIGKILL, like the out-of-memory killer
 
     def _run_epoch(self, epoch: int) -> None:
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
@@ -235,12 +229,12 @@ def main(
     save_every: int,
     batch_size: int,
     snapshot_path: Path,
-    crash_at: CrashPlan | None,
+    crash_at: crash.CrashPlan | None,
 ) -> int:
     device = ddp_setup()
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size, device)
-    check_crash_plan(crash_at, total_epochs, len(train_data), LAUNCH)
+    crash.check_crash_plan(crash_at, total_epochs, len(train_data), LAUNCH)
     try:
         trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, crash_at)
     except SnapshotError as error:
@@ -262,13 +256,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
     )
-    add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step
+    crash.add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step
     args = parser.parse_args()
     exit_code = main(
         args.total_epochs,
         args.save_every,
         args.batch_size,
         args.snapshot_path,
-        crash_plan(args),
+        crash.crash_plan(args),
     )
     end_process(exit_code)  # not Python's teardown: see common.distributed.end_process
