@@ -112,8 +112,9 @@ def test_common_lists_every_module_it_holds():
     assert modules - listed == set()
 
 
-# A diff a notebook shows is one idea's change: about 100 changed lines at most (issue 33).
-MAX_SHOWN_DIFF = 120
+# A diff a notebook shows is one idea's change: about 100 changed lines at most (issue 33;
+# the largest, 02's single_gpu.py -> multigpu.py, changes 113).
+MAX_SHOWN_DIFF = 115
 
 
 def shown_diffs() -> list[tuple[str, Path, Path, dict]]:
