@@ -265,8 +265,14 @@ def main() -> int:
     if failed:
         print(f"\n{len(failed)} check(s) failed: fix them as said above, then run this again.")
         return 1
-    print("\nReady: start with .venv/bin/jupyter lab and open 00_intro/00_intro.ipynb")
+    print(f"\nReady: start with {jupyter_command()} and open 00_intro/00_intro.ipynb")
     return 0
+
+
+def jupyter_command() -> str:
+    """How to start Jupyter here: as root it refuses to, unless told --allow-root."""
+    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    return ".venv/bin/jupyter lab" + (" --allow-root" if as_root else "")
 
 
 if __name__ == "__main__":

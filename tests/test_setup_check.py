@@ -176,3 +176,12 @@ def test_on_one_gpu_the_torchrun_check_runs_its_two_processes_on_the_cpu(monkeyp
     fake_cuda_gpus(monkeypatch, 2)
     result = setup_check.check_torchrun()  # 2 "GPUs" that are not here: cuda, refused
     assert result.status == "FAIL" and result.item == "torchrun, 2 processes", result
+
+
+def test_the_ready_line_tells_root_to_allow_root(monkeypatch, capsys):
+    """Jupyter refuses to start as root without --allow-root (a container, say)."""
+    monkeypatch.setattr(setup_check, "all_checks", lambda: [setup_check.Result("OK", "x", "y")])
+    for uid, command in ((0, "jupyter lab --allow-root and"), (1000, "jupyter lab and")):
+        monkeypatch.setattr(setup_check.os, "geteuid", lambda uid=uid: uid)
+        assert setup_check.main() == 0
+        assert f"Ready: start with .venv/bin/{command} open" in capsys.readouterr().out
