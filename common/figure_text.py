@@ -16,9 +16,7 @@ from matplotlib.figure import Figure
 
 def alt_text(fig: Figure) -> str:
     """The figure's titles: its own (suptitle), else each of its axes'."""
-    if fig.get_suptitle():
-        return fig.get_suptitle()
-    return "; ".join(ax.get_title() for ax in fig.axes if ax.get_title())
+    return fig.get_suptitle() or "; ".join(ax.get_title() for ax in fig.axes if ax.get_title())
 
 
 def _png_with_alt(fig: Figure) -> tuple[bytes, dict]:

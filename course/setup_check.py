@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from common.listening import outside_addresses
+from course.system_packages import is_root
 
 REPO = Path(__file__).resolve().parent.parent
 MIN_PYTHON = (3, 10)
@@ -271,8 +272,7 @@ def main() -> int:
 
 def jupyter_command() -> str:
     """How to start Jupyter here: as root it refuses to, unless told --allow-root."""
-    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
-    return ".venv/bin/jupyter lab" + (" --allow-root" if as_root else "")
+    return ".venv/bin/jupyter lab" + (" --allow-root" if is_root() else "")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,11 @@ def missing_programs(part: str) -> list[str]:
     return [name for name in PARTS[part][1] if program(name) is None]
 
 
+def is_root() -> bool:
+    """Whether this process runs as root (always False where there are no user ids)."""
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
 def install(parts: list[str], timeout: float) -> str | None:
     """Install what `parts` lack. None on success, else one line saying what failed."""
     packages = [package for part in parts if missing_programs(part) for package in PARTS[part][0]]
@@ -54,7 +59,7 @@ def install(parts: list[str], timeout: float) -> str | None:
         return None
     if not sys.platform.startswith("linux") or shutil.which("apt-get") is None:
         return f"no apt-get here: install {' '.join(packages)} with this system's package manager"
-    if os.geteuid() != 0:
+    if not is_root():
         return f"installing {' '.join(packages)} needs root: run `{INSTALL_COMMAND}`"
     failure = apt_install(packages, lambda: any(missing_programs(p) for p in parts), timeout)
     if failure:

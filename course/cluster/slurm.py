@@ -37,11 +37,7 @@ from common.processes import ProcessTree
 from course import system_packages
 from course.cluster.slurm_conf import slurm_conf
 from course.cluster.slurm_jobs import SlurmClient
-from course.system_packages import INSTALL_COMMAND, missing_programs, program
-
-
-def is_root() -> bool:
-    return hasattr(os, "geteuid") and os.geteuid() == 0
+from course.system_packages import INSTALL_COMMAND, is_root, missing_programs, program
 
 
 def why_unavailable() -> str | None:
