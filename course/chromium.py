@@ -15,6 +15,9 @@ import threading
 from urllib.parse import urlsplit
 
 CHROMIUM = "chromium"
+# How long a starting chromium may take to answer its first command. Started beside the
+# test suite's notebooks on 2 cores, it once took more than 30 s (612ef0f, 2026-11-27).
+START_TIMEOUT = 120
 FLAGS = [
     "--headless",
     "--no-sandbox",  # root has no user namespace sandbox
@@ -54,7 +57,13 @@ class Browser:
         self.next_id = 0
         self.replies: dict[int, queue.Queue] = {}
         self.events: queue.Queue = queue.Queue()
+        self.exited = False
         threading.Thread(target=self._read, daemon=True).start()
+        try:
+            self.send("Browser.getVersion", timeout=START_TIMEOUT)
+        except BaseException:
+            self.__exit__()
+            raise
 
     def _read(self) -> None:
         buffered = b""
@@ -68,6 +77,10 @@ class Browser:
                         self.replies[message["id"]].put(message)
                     else:
                         self.events.put(message)
+        # Chromium is gone: whatever waits for an answer gets this one, not a time-out.
+        self.exited = True
+        for reply in list(self.replies.values()):
+            reply.put({"error": {"message": "chromium exited"}})
         self.events.put({"method": "closed"})
 
     def send(self, method: str, session: str | None = None, timeout=30, **params) -> dict:
@@ -77,7 +90,12 @@ class Browser:
         message = {"id": self.next_id, "method": method, "params": params}
         if session:
             message["sessionId"] = session
-        os.write(self._from_us, json.dumps(message).encode() + b"\0")
+        if self.exited:  # checked after the reply is registered: see _read
+            raise RuntimeError(f"{method}: chromium exited")
+        try:
+            os.write(self._from_us, json.dumps(message).encode() + b"\0")
+        except BrokenPipeError:
+            raise RuntimeError(f"{method}: chromium exited") from None
         try:
             answer = reply.get(timeout=timeout)
         except queue.Empty:

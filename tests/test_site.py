@@ -25,6 +25,7 @@ from conftest import PYTHON, REPO
 from nbclient import NotebookClient
 
 from course import browser_check, site
+from course.chromium import Browser
 from course.lessons import lesson_notebooks
 from course.slides import to_slides, write_decks
 
@@ -200,3 +201,14 @@ def test_the_command_exits_non_zero_on_a_broken_page(chromium, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "FAIL  index.html" in result.stdout
     assert "0 of 1 pages loaded cleanly" in result.stdout
+
+
+def test_a_browser_that_exits_while_starting_is_named_at_once(tmp_path):
+    """A chromium that dies while starting is reported as gone, not waited for until
+    its start's time-out (120 s). This stand-in reads the first command, then exits
+    without answering."""
+    stand_in = tmp_path / "chromium"
+    stand_in.write_text("#!/bin/sh\nhead -c 1 <&3 >/dev/null\n")
+    stand_in.chmod(0o755)
+    with pytest.raises(RuntimeError, match=r"^Browser.getVersion: chromium exited$"):
+        Browser(str(stand_in))
