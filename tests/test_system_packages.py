@@ -58,3 +58,10 @@ def test_a_part_that_cannot_run_skips_or_under_strict_fails(monkeypatch):
     with pytest.raises(pytest.fail.Exception, match="COURSE_STRICT=1, and this part cannot run"):
         conftest.skip_or_fail("no chromium")
     conftest.skip_or_fail(None)  # a part that can run neither skips nor fails
+
+
+def test_without_root_the_two_hosts_part_says_it_needs_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert netns.why_unavailable() == (
+        "making network namespaces needs root (`ip netns add`); run as root to see it"
+    )

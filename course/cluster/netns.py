@@ -16,7 +16,6 @@ whatever happened: processes still running in the namespaces, the namespaces, th
 veth pair, and the per-namespace files under /etc/netns.
 """
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -29,6 +28,7 @@ import psutil
 
 from common.command_line import resolve
 from common.processes import terminate
+from course.system_packages import is_root
 
 TOOLS = {"ip": "iproute2", "unshare": "util-linux"}  # program: its Debian package
 NETNS_ETC = Path("/etc/netns")  # `ip netns exec NAME` mounts /etc/netns/NAME/* over /etc/*
@@ -39,7 +39,7 @@ def why_unavailable() -> str | None:
     """None when namespaces can be made here; else one line saying why not."""
     if not sys.platform.startswith("linux"):
         return f"network namespaces are a Linux feature (this is {sys.platform})"
-    if os.geteuid() != 0:
+    if not is_root():
         return "making network namespaces needs root (`ip netns add`); run as root to see it"
     for tool, package in TOOLS.items():
         if shutil.which(tool) is None:
