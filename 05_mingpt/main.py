@@ -18,12 +18,22 @@ script runs under Slurm: see slurm/sbatch_run.sh.
 A snapshot in the current folder is resumed, if it was trained with the same
 settings (model, data shape, optimizer, global batch, schedule, seed) and precision;
 others are refused in one line, unless --resume_with_new_config. A finished run says
-so.
+so. A resume in the middle of an epoch reaches its step by drawing the epoch's batches
+from the start and dropping those already trained on (the sampler has no way to start
+mid-epoch): no forward or backward pass for them, but every one is still read and
+collated, which costs next to nothing for this text and up to an epoch's data loading
+for data that is decoded or read from disk.
 
-SIGTERM or SIGUSR1 (a Slurm time limit, a preemption: lesson 03, part 3), to any
-worker or to torchrun, stops every rank at the same step: the snapshot of that step
-is saved, and the workers exit with 75 ("stopped, resume me"); the next launch in the
-same folder resumes it exactly.
+A stop request (a Slurm time limit, a preemption: lesson 03, part 3) stops every rank
+at the same step: the snapshot of that step is saved, and the workers exit with 75
+("stopped, resume me"). The request is SIGTERM or SIGUSR1 sent to any worker. Sent to
+torchrun, SIGTERM is passed on to every worker (it is among torchrun's default
+`--signals-to-handle`), but SIGUSR1 kills torchrun itself, unless torchrun was started
+with `--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1` (common/preemption.py).
+The next launch in the same folder resumes the run: on a CPU it ends with the weights
+of a run never stopped, bit for bit (tests/test_05_training.py); on a GPU only within
+a tolerance, since some CUDA kernels, the embedding's backward among them (see
+`torch.use_deterministic_algorithms`), add in an order that changes from run to run.
 
 `--crash_epoch E --crash_step S [--crash_rank R]` (as in lesson 03, counted from 0)
 kills rank R hard at step S of epoch E, in the job's first attempt only (on any node:
