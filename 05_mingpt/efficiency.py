@@ -2,16 +2,20 @@
 
 Used by `trainer.py` (see main.py's docstring for the commands that launch the lesson).
 
-A transformer's training step costs about 6 floating-point operations per token for
-each weight that multiplies (2 in the forward pass, a multiply and an add; 4 in the
-backward, for the gradients of both the inputs and the weight), plus attention's own
-products, which grow with the context: 12 x layers x width x context per token
-(Kaplan et al. 2020; PaLM, appendix B). The embedding tables are looked up, not
-multiplied: they cost no FLOPs, and counting them (as a sum over all parameters
-does) would overstate the MFU. Biases and LayerNorm are additions, left out too.
-Multiplied by the tokens per second, it gives the FLOP/s the model does; divided by
-the peak FLOP/s of the hardware, the MFU. `tests/test_05_practice.py` checks the count
-against PyTorch's own FLOP counter on a forward and backward pass of this model.
+A transformer's training step costs about 6 floating-point operations per token for each
+weight that multiplies (2 in the forward pass, a multiply and an add; 4 in the backward,
+for the gradients of both the inputs and the weight), plus attention's own products,
+which grow with the context: 12 x layers x width x context per token, as PaLM counts
+them (Chowdhery et al. 2022, appendix B): scores and weighted sums over the whole
+context, the masked half included. Kaplan et al. 2020 (table 1) count half of that, 2 x
+layers x context x width per token in the forward pass, so 6 x layers x context x width
+in training. The embedding tables are looked up, not multiplied: they cost no FLOPs, and
+counting them (as a sum over all parameters does) would overstate the MFU. Biases and
+LayerNorm are additions, left out too. Multiplied by the tokens per second, it gives the
+FLOP/s the model does; divided by the peak FLOP/s of the hardware, the MFU.
+`tests/test_05_practice.py` checks the count against PyTorch's own FLOP counter on a
+forward and backward pass of this model (with the plain attention kernel, which computes
+the masked half too).
 
 The peak is the datasheet's (dense, in the precision trained in) when you state it as
 `trainer.peak_tflops` (per process: one GPU's). Without it, every process times square
