@@ -12,8 +12,10 @@ import torch.distributed as dist
 
 
 class Interval:
-    """What the steps since the last progress line add up to, kept on the device (no
-    waiting for the GPU each step), and their training time."""
+    """What the steps since the last progress line add up to, and their training time.
+    The sums stay on the device, so adding a step to them does not wait for the GPU;
+    the stop agreement does, every step (Trainer._all_ranks_agree_to_stop says what
+    that costs)."""
 
     def __init__(self, device: torch.device):
         self.device = device

@@ -193,6 +193,13 @@ class Trainer:
     def _all_ranks_agree_to_stop(self) -> bool:
         # As in lesson 03: ranks hear a signal at different moments (or only some do),
         # so at every step they share their flag; MAX is 1 if any rank was asked.
+        # On a GPU this is a host sync every step: .item() waits until the GPU has run
+        # everything queued before it, the previous step included, so the GPU idles
+        # while Python queues the next step. Little when a step's GPU work takes far
+        # longer than queuing it; it can be much for a small model on a fast GPU.
+        # Agreeing every log_every steps instead (the progress line waits there anyway)
+        # removes it, at the price of stopping up to log_every steps later: the grace
+        # period (Slurm's KillWait, or --signal=USR1@seconds early) must cover them.
         flag = torch.tensor([int(self.stop.received)], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
