@@ -6,8 +6,9 @@
     python benchmark.py split         # one global batch as 1 x 4 and as 4 x 1: same weights?
     python benchmark.py compile       # trainer.compile=true against false: does it pay here?
 
-`throughput` runs main.py with the same settings (the lesson's model, float32, no
-validation in between, a batch of `--batch_size` sequences per process) once with 1
+`throughput` runs main.py with the same settings (the lesson's model in float32, whose
+matrix products a GPU computes in TF32, as the trainer sets it: precision.py; no
+validation in between; a batch of `--batch_size` sequences per process) once with 1
 process and once with 2, each process using one thread, and compares their tokens
 per second and MFU; it alternates the two `--repeats` times and prints every ratio
 and the median. `classroom` runs the notebook's classroom settings for
@@ -113,11 +114,13 @@ def tokens_per_second(nproc: int, steps: int, batch_size: int, block_size: int) 
     return tokens / seconds
 
 
-def throughput(steps: int, batch_size: int, repeats: int) -> None:
+def throughput(steps: int, batch_size: int, repeats: int, device: str) -> None:
     block_size = load_config(HERE / "train_cfg.yaml", []).data.block_size
+    # trainer.amp=off is float32, but on a GPU the trainer lets matrix products use TF32.
+    precision = "float32 (TF32 matrix products)" if device == "cuda" else "float32"
     print(
         f"{steps} steps of {batch_size} sequences of {block_size} characters per process, "
-        f"float32; the first {WARMUP_STEPS} steps not counted",
+        f"on {device}, {precision}; the first {WARMUP_STEPS} steps not counted",
         flush=True,
     )
     print(
@@ -219,7 +222,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=positive_int, default=3, help="pairs of runs")
     args = parser.parse_args()
     # One device for every run compared here (split starts 4 processes, the others 2).
-    choose(processes_per_machine=4 if args.what == "split" else 2)
+    device = choose(processes_per_machine=4 if args.what == "split" else 2)
     if args.what == "classroom":
         classroom(args.epochs)
     elif args.what == "split":
@@ -229,7 +232,7 @@ def main() -> int:
     elif args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps")
     else:
-        throughput(args.steps, args.batch_size, args.repeats)
+        throughput(args.steps, args.batch_size, args.repeats, device)
     return 0
 
 
