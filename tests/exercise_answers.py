@@ -150,6 +150,14 @@ WRONG = [
         r"exercise without it",
     ),
     (
+        "03_fault_tolerance",
+        "stop_agreement",
+        "returns the one-element tensor, not a bool",
+        "    return bool(flag.item())",
+        "    return flag",
+        r"rank 0 returned tensor\(\[0\]\) \(a Tensor\), not a bool: return the agreed answer",
+    ),
+    (
         "04_multinode",
         "hostlist",
         "splits at every comma, brackets or not",

@@ -201,20 +201,31 @@ STOP_WORLD, STOP_STEPS = 3, 8
 ASKED_FROM = {0: None, 1: 3, 2: 5}  # the step from which each rank has been asked
 
 
-def _answers_to_stop(exercise) -> list[bool]:
+def _answers_to_stop(exercise) -> list[bool | str]:
     """Runs in each process: call the learner's function at every step, with this
-    rank's flag, and keep every answer (no early exit: a wrong answer must not hang)."""
+    rank's flag, and keep every answer (no early exit: a wrong answer must not hang).
+    An answer that is not a bool comes back described, for the check's message."""
     first = ASKED_FROM[dist.get_rank()]
-    return [
-        bool(exercise.all_ranks_agree_to_stop(first is not None and step >= first))
-        for step in range(STOP_STEPS)
-    ]
+    answers = []
+    for step in range(STOP_STEPS):
+        answer = exercise.all_ranks_agree_to_stop(first is not None and step >= first)
+        if not isinstance(answer, bool):
+            answer = f"{answer!r} (a {type(answer).__name__})"
+        answers.append(answer)
+    return answers
 
 
 def stop_agreement(path) -> str:
     answers = run_in_world(path, (__file__, "_answers_to_stop"), STOP_WORLD)
     expected = [step >= 3 for step in range(STOP_STEPS)]
     for rank, got in enumerate(answers):
+        # The task (and `-> bool`) asks for a bool: a one-element tensor passes an `if`
+        # like one, but it is not one.
+        described = next((answer for answer in got if isinstance(answer, str)), None)
+        assert described is None, (
+            f"rank {rank} returned {described}, not a bool: return the agreed answer as "
+            "True or False, as `-> bool` says"
+        )
         stops_at = got.index(True) if True in got else None
         assert got == expected, (
             f"rank {rank}: answered {got}, stopping at step {stops_at}; expected False at "
