@@ -33,6 +33,7 @@ from pathlib import Path
 
 from common.notebook_device import where
 from common.versions import NEEDS
+from course import results
 from course.launches import LAUNCHES, Launch, run_once
 from course.lessons import REPO, declaration, lesson_notebooks
 
@@ -156,7 +157,7 @@ def main() -> None:
         flush=True,
     )
 
-    started, rows = {}, []
+    began, started, rows = time.monotonic(), {}, []
     # The two pytest parts in the background, each with a log and a JUnit report.
     if "tests" in args.parts:
         test_env = {**os.environ, "COURSE_TEST_DEVICE": args.device}
@@ -184,9 +185,9 @@ def main() -> None:
         ]
         runnable = [(launch, processes) for launch, processes in chosen if processes]
         with open(logs / "scripts.log", "w") as log, ThreadPoolExecutor(args.jobs) as pool:
-            results = pool.map(lambda pair: run_script(*pair, args.device, log), runnable)
+            outcomes = pool.map(lambda pair: run_script(*pair, args.device, log), runnable)
             ran = {
-                launch.name: result for (launch, _), result in zip(runnable, results, strict=True)
+                launch.name: result for (launch, _), result in zip(runnable, outcomes, strict=True)
             }
         for launch, processes in chosen:
             label = f"{launch.script} x{processes or launch.fewest}"
@@ -208,6 +209,12 @@ def main() -> None:
     summary = table(rows)
     (logs / "table.txt").write_text(summary + "\n")
     print(summary)
+    if args.device == "cuda" and set(args.parts) == set(PARTS) and not args.scripts:
+        results.record(
+            "gpu",
+            [f"{gpus} x {name}", torch.__version__, sys.version.split()[0], results.commit(),
+             results.today(), summary.splitlines()[-1], f"{time.monotonic() - began:.0f} s"],
+        )  # fmt: skip
     sys.exit(1 if any(ended == "FAILED" for *_, ended, _ in rows) else 0)
 
 

@@ -1,13 +1,14 @@
 """The test suite on every Python the README promises, one after another, each in a
-fresh clone and a fresh virtual environment; then the README's table rows.
+fresh clone and a fresh virtual environment; each Python's result goes to
+docs/results.md (`course.results`).
 
     python3 -m course.pythons                          # 3.10 to 3.13, the whole suite
     python3 -m course.pythons 3.13                     # one of them
     python3 -m course.pythons --newest --notebooks     # what .ci/run adds
 
 Run it after any change to how the scripts start, print or end (an interpreter's
-output changes between releases: Python 3.13 colours tracebacks), and put its rows in
-the README's "Which machines and Pythons", with the date and commit it prints.
+output changes between releases: Python 3.13 colours tracebacks), and commit the rows
+it writes to docs/results.md with that change.
 
 Where the Pythons come from: pyenv (`pyenv versions`: the newest patch release of each
 promised version), else `python3.X` on the PATH. A promised Python found nowhere gets a
@@ -31,8 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
+
+from course import results
 
 REPO = Path(__file__).resolve().parent.parent
 # The README's promise, "Python 3.10 or newer": the releases that exist and that
@@ -210,12 +212,14 @@ def main() -> int:
         rows.append(run_one(*found, args.notebooks, logs, commit))
     if not rows:
         return 0
-    what = "the lesson notebooks" if args.notebooks else "the whole suite"
-    short = commit[:7]
-    print(f"\n{what} at {short}, {date.today()}, {os.cpu_count()} cores:\n")
-    print("| Python | PyTorch | commit | result | time |\n|---|---|---|---|---|")
+    what = "the notebooks" if args.notebooks else "the suite"
     for row in rows:
-        print(f"| {row['version']} | {row['torch']} | {short} | {row['result']} | {row['time']} |")
+        if row["ok"] is not None:  # a Python not found has no result to keep
+            results.record(
+                "pythons",
+                [row["version"], row["torch"], what, commit[:7], results.today(),
+                 row["result"], row["time"], str(os.cpu_count())],
+            )  # fmt: skip
     return 1 if any(row["ok"] is False for row in rows) else 0
 
 

@@ -1,5 +1,6 @@
-"""The course site: the executed notebooks, the README, WORKSHOP.md and every script,
-as one Sphinx site (sphinx-book-theme: sidebar, next/previous, in-page contents, search).
+"""The course site: the executed notebooks, the README, the reference pages of docs/,
+WORKSHOP.md, CONTRIBUTING.md and every script, as one Sphinx site (sphinx-book-theme:
+sidebar, next/previous, in-page contents, search).
 
 `course.build` executes the notebooks, then calls `build_site`. It assembles Sphinx's
 source folder (`build/source/`) from the repository, in the repository's own layout so
@@ -11,7 +12,7 @@ that the README's links (`00_intro/00_intro.ipynb`) lead to the pages:
   deck and to the scripts it runs or shows (the speaker notes are the decks' alone:
   `course.speaker_notes`);
 - a highlighted page per script (`multigpu.py.md`), and a list of them per lesson;
-- WORKSHOP.md and LICENSE.
+- the reference pages of `docs/`, WORKSHOP.md, CONTRIBUTING.md and LICENSE.
 
 Sphinx then writes `build/html/` (settings in `site_config/conf.py`). A file of the
 source folder is rewritten only when its text changes, so that Sphinx reads again
@@ -42,6 +43,15 @@ def scripts() -> list[Path]:
         if path.suffix in LANGUAGES and "__pycache__" not in path.parts
     ]
     return [path.relative_to(REPO) for path in files]
+
+
+# The reference pages of docs/ in the order a reader wants them; any other page follows.
+READING_ORDER = ["install", "scripts", "gpus", "troubleshooting", "glossary", "results"]
+
+
+def reference_pages() -> list[Path]:
+    rank = {stem: i for i, stem in enumerate(READING_ORDER)}
+    return sorted(sorted(REPO.glob("docs/*.md")), key=lambda p: rank.get(p.stem, len(rank)))
 
 
 def mentioned_scripts(nb, lesson: Path, known: list[Path]) -> list[Path]:
@@ -150,12 +160,17 @@ def pages(executed: Path) -> dict[Path, str]:
         listing = toctree("Files", entries).replace(":hidden:\n", ":maxdepth: 1\n")
         files[Path(folder) / "scripts.md"] = f"# {title}\n\n{listing}"
 
+    references = [page.relative_to(REPO) for page in reference_pages()]
     home = (REPO / "README.md").read_text(encoding="utf-8")
     home += "\n" + toctree("Lessons", [str(nb) for nb in notebooks])
+    home += toctree("Reference", [str(page) for page in references])
     home += toctree("The code", [f"{folder}/scripts.md" for folder in folders])
-    home += toctree("For instructors", ["WORKSHOP.md", "LICENSE.md"])
+    home += toctree(
+        "For instructors and contributors", ["WORKSHOP.md", "CONTRIBUTING.md", "LICENSE.md"]
+    )
     files[Path("index.md")] = home
-    files[Path("WORKSHOP.md")] = (REPO / "WORKSHOP.md").read_text(encoding="utf-8")
+    for page in [*references, Path("WORKSHOP.md"), Path("CONTRIBUTING.md")]:
+        files[page] = (REPO / page).read_text(encoding="utf-8")
     licence = (REPO / "LICENSE").read_text(encoding="utf-8")
     files[Path("LICENSE.md")] = "# License\n\n" + fenced(licence, "text")
     return files

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from course import results
 from course.launches import LAUNCHES, run_once
 from course.lessons import REPO
 
@@ -42,7 +43,8 @@ def main() -> None:
         sys.exit(f"--only names none of: {', '.join(entry.name for entry in LAUNCHES)}")
 
     ending_of = {"COURSE_TEARDOWN": "python"} if args.python_teardown else {}
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
+    load = os.getloadavg()[0]
+    print(f"load average {load:.2f} on {os.cpu_count()} cores", flush=True)
     failures = {entry.name: 0 for entry in chosen}
     aborts = 0
     started = time.monotonic()
@@ -63,9 +65,24 @@ def main() -> None:
     for name, count in failures.items():
         print(f"{name:<20} {count}")
     total = sum(failures.values())
+    seconds = time.monotonic() - started
     print(
         f"\n{total} failed, {launches - total} passed of {launches} launches "
-        f"({aborts} with 'terminate called'), {time.monotonic() - started:.0f} s"
+        f"({aborts} with 'terminate called'), {seconds:.0f} s"
+    )
+    failed_scripts = ", ".join(name for name, count in failures.items() if count)
+    results.record(
+        "stress",
+        [
+            f"all {len(chosen)}" if len(chosen) == len(LAUNCHES) else ", ".join(failures),
+            "Python's teardown" if args.python_teardown else "end_process",
+            results.commit(),
+            results.today(),
+            f"{total} failed of {launches} launches ({args.rounds} rounds)"
+            + (f": {failed_scripts}" if total else ""),
+            f"{seconds:.0f} s",
+            f"{load:.2f} on {os.cpu_count()} cores",
+        ],
     )
     sys.exit(1 if total else 0)
 

@@ -119,10 +119,12 @@ WRONG_VALUES = [
 ]
 
 
-def readme_lesson_commands() -> list[tuple[str, list[str]]]:
-    """(script, arguments) of each command in the README's block of lesson commands."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    block = readme.split("The commands of each lesson, from the repository folder:")[1]
+SCRIPTS_PAGE = (REPO / "docs" / "scripts.md").read_text(encoding="utf-8")
+
+
+def documented_lesson_commands() -> list[tuple[str, list[str]]]:
+    """(script, arguments) of each command in docs/scripts.md's block of lesson commands."""
+    block = SCRIPTS_PAGE.split("The commands of each lesson, from the repository folder:")[1]
     block = block.split("```bash\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
     commands = []
     for line in block.splitlines():
@@ -132,11 +134,9 @@ def readme_lesson_commands() -> list[tuple[str, list[str]]]:
     return commands
 
 
-README_COMMANDS = readme_lesson_commands()
-# The README's example of a script started the wrong way, and what it prints.
-README_REFUSAL = re.search(
-    r"```console\n\$ \.venv/bin/python (\S+)\n(.+)\n```", (REPO / "README.md").read_text()
-)
+DOCUMENTED_COMMANDS = documented_lesson_commands()
+# docs/scripts.md's example of a script started the wrong way, and what it prints.
+DOCUMENTED_REFUSAL = re.search(r"```console\n\$ \.venv/bin/python (\S+)\n(.+)\n```", SCRIPTS_PAGE)
 
 # Commands also run by a real interpreter, to show the forked runner gives the same.
 COMPARED_SCRIPT = "00_intro/hello_torchrun.py"
@@ -166,8 +166,8 @@ def launched(tmp_path_factory):
     commands += [(script, arguments) for script, arguments, _ in WRONG_VALUES]
     commands += [(COMPARED_SCRIPT, arguments) for arguments in COMPARED_ARGUMENTS]
     commands += [(launch.script, launch_arguments(launch)) for launch in LAUNCHES]
-    commands += [(script, arguments + ["--bogus"]) for script, arguments in README_COMMANDS]
-    commands += [(README_REFUSAL[1], [])]
+    commands += [(script, arguments + ["--bogus"]) for script, arguments in DOCUMENTED_COMMANDS]
+    commands += [(DOCUMENTED_REFUSAL[1], [])]
     folder = tmp_path_factory.mktemp("launched_wrong")
     results = run_forked([(REPO / script, arguments) for script, arguments in commands], folder)
     assert list(folder.iterdir()) == []  # a refused launch writes nothing (no checkpoint)
@@ -258,20 +258,22 @@ def test_the_forked_runner_gives_what_the_interpreter_gives(arguments, launched,
     )
 
 
-def test_the_readmes_lesson_commands_name_scripts_and_arguments_that_parse(launched):
-    assert len(README_COMMANDS) >= 7 and {s for s, _ in README_COMMANDS} <= set(CORRECT_ARGUMENTS)
-    for script, arguments in README_COMMANDS:
+def test_the_documented_lesson_commands_name_scripts_and_arguments_that_parse(launched):
+    assert len(DOCUMENTED_COMMANDS) >= 7 and {s for s, _ in DOCUMENTED_COMMANDS} <= set(
+        CORRECT_ARGUMENTS
+    )
+    for script, arguments in DOCUMENTED_COMMANDS:
         line = one_line_refusal(launched[script, (*arguments, "--bogus")], status=2)
         assert line.startswith(f"{script.rsplit('/', 1)[1]}: unrecognized arguments: --bogus;")
 
 
-def test_the_readmes_lesson_05_settings_are_settings_of_main_py():
+def test_the_documented_lesson_05_settings_are_settings_of_main_py():
     config = lesson_module("05_mingpt", "config")
-    for script, arguments in README_COMMANDS:
+    for script, arguments in DOCUMENTED_COMMANDS:
         if script == "05_mingpt/main.py":
             config.load_config(REPO / "05_mingpt" / "train_cfg.yaml", arguments)  # or ConfigError
 
 
-def test_the_readmes_refusal_is_what_the_script_prints(launched):
-    script, printed = README_REFUSAL.groups()
+def test_the_documented_refusal_is_what_the_script_prints(launched):
+    script, printed = DOCUMENTED_REFUSAL.groups()
     assert one_line_refusal(launched[script, ()], status=1) == printed + "\n"

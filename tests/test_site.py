@@ -8,7 +8,8 @@ matplotlib figure as PNG, HTML+JS from `to_jshtml` and 01's ring stepper, a tabl
 text). Sphinx must build it without a single warning (a link to a missing page is one).
 In chromium, the pages a reader meets first are opened and every link on them followed:
 the home page, lesson 00's page and deck, a script page and its lesson's list of scripts,
-WORKSHOP, a lesson without outputs; and a search is run. `python -m course.browser_check`
+WORKSHOP, CONTRIBUTING and the reference pages, a lesson without outputs; and a search
+is run. `python -m course.browser_check`
 opens every page of a full build. And a broken page, to show the check fails when it
 should. (A deck's steps and its speaker window: tests/test_decks.py.)
 
@@ -119,6 +120,8 @@ def test_the_site_builds_without_a_warning(built):
         for nb in lesson_notebooks([])
     ]
     assert order == sorted(order)
+    for page in [*site.reference_pages(), REPO / "WORKSHOP.md", REPO / "CONTRIBUTING.md"]:
+        assert f'href="{page.relative_to(REPO).with_suffix(".html")}' in sidebar, page
     assert re.search(r'class="left-prev"\s+href="../index.html"', lesson)
     assert re.search(r'class="right-next"\s+href="../01_theory/01_theory.html"', lesson)
     # The executed outputs, the run, the deck and the scripts.
@@ -151,6 +154,8 @@ def test_the_site_loads_cleanly_in_chromium(chromium, built):
         "00_intro/scripts.html",
         "01_theory/01_theory.html",
         "WORKSHOP.html",
+        "CONTRIBUTING.html",
+        *(f"docs/{page.stem}.html" for page in site.reference_pages()),
     ]
 
     results = browser_check.check(html, [html / page for page in pages])

@@ -1,0 +1,113 @@
+"""docs/results.md: the newest result of each configuration the course ran in, written by
+the commands that measure them: `course.pythons` (the suite on each Python),
+`course.gpu_mode` (on a GPU machine) and `tests/stress_launches.py` (many launches).
+
+A command replaces the row of its configuration (the first columns of its table) and
+keeps every other row: the page holds the newest result per configuration, and the
+older ones live in git history."""
+
+import subprocess
+from datetime import date
+from pathlib import Path
+from typing import NamedTuple
+
+from course.lessons import REPO
+
+PAGE = REPO / "docs" / "results.md"
+
+TITLE = "# Results"
+INTRO = """\
+The newest result of each configuration the course ran in. The commands that measure
+them write this page: each replaces the row of its configuration and keeps the others
+(older results are in git history). Commit the page with the change it measured."""
+
+
+class Table(NamedTuple):
+    title: str
+    intro: str
+    columns: list[str]
+    key_columns: int  # the first columns name the configuration
+
+
+TABLES = {
+    "pythons": Table(
+        "The test suite on each Python",
+        "`python3 -m course.pythons` runs the README's test command in a fresh clone and a fresh\n"
+        "`.venv`, with each promised Python (`--notebooks`: the lesson notebooks only).",
+        ["Python", "PyTorch", "what ran", "commit", "date", "result", "time", "cores"],
+        3,
+    ),
+    "gpu": Table(
+        "The GPU mode",
+        "`python -m course.gpu_mode` on a machine with CUDA GPUs ([GPUs](gpus.md)): the GPU\n"
+        "tests, every lesson script and every notebook, each on the device it chose.",
+        ["GPUs", "PyTorch", "Python", "commit", "date", "result", "time"],
+        2,
+    ),
+    "stress": Table(
+        "Many launches",
+        "`tests/stress_launches.py` launches every DDP lesson script many times at its smallest\n"
+        "settings and counts the launches that failed ([the scripts](scripts.md)).",
+        ["scripts", "ending", "commit", "date", "result", "time", "load at start"],
+        2,
+    ),
+}
+
+
+def commit() -> str:
+    """The short hash of HEAD, with `+changes` when tracked files differ from it."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return head + ("+changes" if dirty else "")
+
+
+def today() -> str:
+    return date.today().isoformat()
+
+
+def read_rows(text: str) -> dict[str, list[list[str]]]:
+    """The rows of each table on the page, by the table's name."""
+    rows: dict[str, list[list[str]]] = {name: [] for name in TABLES}
+    titles = {f"## {table.title}": name for name, table in TABLES.items()}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = titles.get(line.strip())
+        elif current and line.startswith("|") and not line.startswith("|---"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if cells != TABLES[current].columns:
+                rows[current].append(cells)
+    return rows
+
+
+def render(rows: dict[str, list[list[str]]]) -> str:
+    parts = [TITLE, "", INTRO, ""]
+    for name, table in TABLES.items():
+        parts += [f"## {table.title}", "", table.intro, ""]
+        parts.append("| " + " | ".join(table.columns) + " |")
+        parts.append("|" + "---|" * len(table.columns))
+        parts += ["| " + " | ".join(row) + " |" for row in sorted(rows[name])]
+        parts.append("")
+    return "\n".join(parts)
+
+
+def record(name: str, row: list[str], page: Path = PAGE) -> None:
+    """Put `row` in table `name` of the page, in place of the row of the same
+    configuration if there is one."""
+    table = TABLES[name]
+    if len(row) != len(table.columns):
+        raise ValueError(f"a row of {name!r} has {len(table.columns)} cells: {table.columns}")
+    row = [str(cell).replace("|", "/").replace("\n", " ").strip() for cell in row]
+    rows = read_rows(page.read_text(encoding="utf-8")) if page.exists() else read_rows("")
+    key = row[: table.key_columns]
+    rows[name] = [old for old in rows[name] if old[: table.key_columns] != key] + [row]
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(render(rows), encoding="utf-8")
+    print(f"{page.relative_to(REPO) if page.is_relative_to(REPO) else page}: {row}")

@@ -1,0 +1,44 @@
+"""course.results writes docs/results.md: the newest row per configuration replaces the
+old one, every other row and table stays, and the committed page is in its format."""
+
+import pytest
+
+from course import results
+
+
+def suite_row(python, torch, result):
+    return [python, torch, "the suite", "abc1234", "2026-11-28", result, "900 s", "2"]
+
+
+def test_a_configuration_keeps_only_its_newest_row(tmp_path):
+    page = tmp_path / "results.md"
+    results.record("pythons", suite_row("3.11.7", "2.14.1", "all passed: 5 passed"), page)
+    results.record("pythons", suite_row("3.13.0", "2.14.1", "all passed: 5 passed"), page)
+    results.record("stress", ["all 3", "end_process", "abc1234", "d", "0 failed", "9 s", "-"], page)
+    results.record("pythons", suite_row("3.11.7", "2.14.1", "FAILED: 1 failed"), page)
+
+    rows = results.read_rows(page.read_text())
+    assert rows["pythons"] == [
+        suite_row("3.11.7", "2.14.1", "FAILED: 1 failed"),
+        suite_row("3.13.0", "2.14.1", "all passed: 5 passed"),
+    ]
+    assert rows["stress"] == [["all 3", "end_process", "abc1234", "d", "0 failed", "9 s", "-"]]
+    assert rows["gpu"] == []
+    # Another PyTorch is another configuration: a row of its own.
+    results.record("pythons", suite_row("3.11.7", "2.15.0", "all passed: 5 passed"), page)
+    assert len(results.read_rows(page.read_text())["pythons"]) == 3
+
+
+def test_a_cell_cannot_break_the_table(tmp_path):
+    page = tmp_path / "results.md"
+    results.record("pythons", suite_row("3.11.7", "2.14.1", "a | b\nc"), page)
+    assert results.read_rows(page.read_text())["pythons"][0][5] == "a / b c"
+    with pytest.raises(ValueError, match="has 8 cells"):
+        results.record("pythons", ["3.11.7"], page)
+
+
+def test_the_committed_page_is_the_tools_own():
+    text = results.PAGE.read_text(encoding="utf-8")
+    rows = results.read_rows(text)
+    assert all(rows.values()), "a table of docs/results.md has no row"
+    assert results.render(rows) == text
