@@ -15,10 +15,14 @@ Used by `trainer.py` (see main.py's docstring for the commands that launch the l
   before the optimizer uses them, and skips a step whose gradients overflowed (past
   65504, the largest float16), lowering the scale.
 - `off`: float32 throughout.
-- `auto`: on a GPU, bf16 where the GPU supports it (NVIDIA from Ampere on), else fp16
-  with the scaler. On a CPU, whichever of bf16 and float32 runs a training step of
-  this model faster here, measured at the start: a CPU without bf16 instructions
-  converts every bf16 number to float32 and back, and is slower in bf16, not faster.
+- `auto`: on GPUs, bf16 where every GPU of the job supports it (NVIDIA from Ampere
+  on), else fp16 with the scaler, on every rank: a job given GPUs of several models (a
+  mixed allocation) trains in the precision its least capable GPU has. Ranks in
+  different precisions would average fp16's scaled gradients with bf16's unscaled
+  ones, and only the fp16 ranks would skip a step that overflowed: the replicas would
+  drift apart. On a CPU, whichever of bf16 and float32 runs a training step of this
+  model faster here, measured at the start: a CPU without bf16 instructions converts
+  every bf16 number to float32 and back, and is slower in bf16, not faster.
   bf16 must win by 10% to be chosen, since float32 is the more accurate of the two.
 
 `auto` is decided once, when a run starts: the snapshot stores the precision it
@@ -91,14 +95,22 @@ def fixed_precision(name: str, why: str) -> Precision:
 
 def choose_precision(setting: str, device: torch.device, model, inputs, targets) -> Precision:
     """The precision for `setting` (auto | bf16 | fp16 | off), the same on every rank.
-    `auto` on a CPU times training steps of `model` on one batch (every rank must
-    call it: the timings are summed over ranks so that all decide alike)."""
+    `auto` is a collective (every rank must call it, and all decide alike): on GPUs the
+    ranks share whether theirs has bf16; on a CPU they time training steps of `model`
+    on one batch and sum the timings over ranks."""
     if setting in FIXED:
         return fixed_precision(setting, f"trainer.amp={setting}")
     if device.type == "cuda":
-        if torch.cuda.is_bf16_supported(including_emulation=False):
-            return Precision(torch.bfloat16, False, "auto: this GPU computes in bf16")
-        why = f"auto: this GPU has no bf16: fp16 with loss scaling; {float16_range()}"
+        # Each rank can only ask its own GPU, and one job may hold GPUs of several models.
+        has_bf16 = [None] * dist.get_world_size()
+        dist.all_gather_object(has_bf16, torch.cuda.is_bf16_supported(including_emulation=False))
+        if all(has_bf16):
+            return Precision(torch.bfloat16, False, "auto: every GPU of this job computes in bf16")
+        lacking = ", ".join(str(rank) for rank, has in enumerate(has_bf16) if not has)
+        why = (
+            f"auto: the GPU of rank(s) {lacking} has no bf16: fp16 with loss scaling on "
+            f"every rank; {float16_range()}"
+        )
         return Precision(torch.float16, True, why)
     seconds = torch.tensor(
         [_step_seconds(model, inputs, targets, d) for d in (None, torch.bfloat16)]

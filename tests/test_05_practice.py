@@ -111,13 +111,27 @@ def test_auto_on_a_cpu_takes_bf16_only_when_it_wins_by_10_percent(
     assert f"{float32_ms} ms in float32, {bf16_ms} ms in bf16" in result.why
 
 
-@pytest.mark.parametrize("has_bf16, chosen", [(True, "bf16"), (False, "fp16")])
-def test_auto_on_a_gpu_takes_bf16_where_it_has_it_else_fp16_with_scaling(
-    monkeypatch, has_bf16, chosen
+@pytest.mark.parametrize(
+    "here, other, chosen",
+    [(True, True, "bf16"), (False, False, "fp16"), (True, False, "fp16"), (False, True, "fp16")],
+)
+def test_auto_on_gpus_takes_bf16_only_where_every_rank_has_it_else_fp16_with_scaling(
+    monkeypatch, here, other, chosen
 ):
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation: has_bf16)
+    """A job of two GPU models (a mixed allocation), faked: this rank's GPU answers
+    `here`, rank 1's `other`. Every rank must end in the same precision."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation: here)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+
+    def all_gather_object(answers, mine):
+        answers[:] = [mine, other]
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
     result = precision.choose_precision("auto", torch.device("cuda"), None, None, None)
     assert result.name == chosen and result.loss_scaling == (chosen == "fp16")
+    lacking = [str(rank) for rank, has in enumerate((here, other)) if not has]
+    if lacking:
+        assert f"the GPU of rank(s) {', '.join(lacking)} has no bf16" in result.why
 
 
 def test_a_resume_keeps_the_precision_its_run_chose():
