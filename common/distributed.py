@@ -77,10 +77,21 @@ def check_gpus_go_round(local_rank: int) -> None:
     the processes left without one), or several torchrun agents on this machine
     playing several nodes, whose local ranks 0 would all take GPU 0 (nccl: "Duplicate
     GPU detected"). torchrun sets LOCAL_WORLD_SIZE and GROUP_WORLD_SIZE (its agents);
-    under mp.spawn the local rank is all there is to go by."""
+    under mp.spawn the local rank is all there is to go by.
+
+    `torchrun --virtual-local-rank` gives every worker LOCAL_RANK=0 and a
+    CUDA_VISIBLE_DEVICES that names its own GPU (torch/distributed/elastic/agent/server/
+    local_elastic_agent.py, `_set_local_rank_env`), so each sees one GPU, as device 0:
+    that fits. A worker cannot tell it from CUDA_VISIBLE_DEVICES=0 set by hand for two
+    processes without it; there the local rank 1 process stops with the line, and
+    torchrun then ends the other. Nor can it see two such agents on one machine that
+    share a CUDA_VISIBLE_DEVICES or have none: torchrun gives local rank k the k-th GPU
+    of its agent's list (GPU k without one), so each agent needs a list of its own."""
     gpus = cuda_gpus()
+    # --virtual-local-rank's layout: this worker was handed exactly one GPU, as device 0
+    own_gpu = local_rank == 0 and gpus == 1 and "CUDA_VISIBLE_DEVICES" in os.environ
     on_this_machine = int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1))
-    if on_this_machine > gpus:
+    if on_this_machine > gpus and not own_gpu:
         sys.exit(
             f"{on_this_machine} processes on this machine but {gpus} GPU(s), and each "
             f"process needs a GPU of its own: start at most {gpus} "

@@ -104,3 +104,28 @@ def test_gpus_left_over_are_fine(machine):
     chosen = machine(8, LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
     assert distributed.device_for(1) == torch.device("cuda", 1)
     assert chosen == [1]
+
+
+@pytest.mark.parametrize("visible", ["0", "3"])  # the agent's first and fourth GPU
+def test_virtual_local_rank_each_worker_sees_its_own_gpu(machine, visible):
+    """torchrun --virtual-local-rank: LOCAL_RANK=0 in every worker, and a
+    CUDA_VISIBLE_DEVICES naming that worker's GPU, which it sees as its only one."""
+    chosen = machine(
+        1,
+        LOCAL_WORLD_SIZE="4",
+        WORLD_SIZE="4",
+        MASTER_ADDR="127.0.0.1",
+        CUDA_VISIBLE_DEVICES=visible,
+    )
+    assert distributed.device_for(0) == torch.device("cuda", 0)
+    assert chosen == [0]
+
+
+def test_one_gpu_set_by_hand_for_two_processes_still_stops(machine):
+    """Without --virtual-local-rank the local rank 1 process has no GPU: it stops."""
+    chosen = machine(
+        1, LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", CUDA_VISIBLE_DEVICES="0"
+    )
+    with pytest.raises(SystemExit, match=r"^2 processes on this machine but 1 GPU\(s\)"):
+        distributed.device_for(1)
+    assert chosen == []
