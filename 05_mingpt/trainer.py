@@ -35,6 +35,17 @@ from common.random_state import gather_random_states, restore_random_state
 from common.snapshot import SnapshotError
 
 
+def metrics_line(metrics: dict) -> str:
+    """One line of metrics.jsonl, strict JSON. JSON has no infinity or NaN (json.dumps
+    would write `Infinity`, which strict readers refuse): a value that is not finite, as
+    the gradient norm of an interval whose fp16 steps all overflowed, is written null."""
+    finite = {
+        key: None if isinstance(value, float) and not math.isfinite(value) else value
+        for key, value in metrics.items()
+    }
+    return json.dumps(finite, allow_nan=False)
+
+
 class Trainer:
     def __init__(self, config: Config, model, optimizer, vocabulary, train_set, val_set,
                  device, local_rank: int, global_rank: int, world_size: int,
@@ -179,7 +190,7 @@ class Trainer:
     def _record(self, **metrics) -> None:
         if self.global_rank == 0:
             with open(self.metrics_path, "a") as file:
-                file.write(json.dumps(metrics) + "\n")
+                file.write(metrics_line(metrics) + "\n")
 
     def _validate_and_record(self, where: str) -> None:
         val_loss = self.evaluate()  # the same number on every rank

@@ -4,6 +4,9 @@ setting, the precision `auto` chooses and keeps across a resume, a schedule that
 on past its end at min_lr and is not moved by trainer.max_steps, the snapshot files
 kept, and a fresh metrics file."""
 
+import json
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -19,6 +22,8 @@ precision = lesson_module("05_mingpt", "precision")
 schedule = lesson_module("05_mingpt", "schedule")
 resume = lesson_module("05_mingpt", "resume")
 snapshots = lesson_module("05_mingpt", "snapshots")
+interval = lesson_module("05_mingpt", "interval")
+trainer = lesson_module("05_mingpt", "trainer")
 lesson_config = lesson_module("05_mingpt", "config")
 
 SHAPE = dict(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64)
@@ -229,3 +234,22 @@ def test_a_fresh_run_starts_an_empty_metrics_file(tmp_path):
     path.write_text("\n".join(rows))
     resume.keep_metrics_up_to(path, None)  # an old run's rows, even its step 0, go
     assert path.read_text() == ""
+
+
+def test_an_interval_whose_fp16_steps_all_overflowed_writes_strict_json(monkeypatch):
+    """Every step of the interval skipped (its gradient norm inf): no finite norm to
+    average. Its metrics line must still parse as JSON, which has no `Infinity`."""
+    monkeypatch.setattr(dist, "all_reduce", lambda tensor: tensor)  # a world of 1
+    steps = interval.Interval(torch.device("cpu"))
+    for _ in range(3):
+        steps.add(torch.tensor(2.0), torch.tensor(math.inf))
+    loss, grad_norm, skipped = steps.summary(world_size=1)
+    assert (loss, grad_norm, skipped) == (2.0, math.inf, 3)
+
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    line = trainer.metrics_line({"kind": "train", "loss": loss, "grad_norm": grad_norm})
+    assert json.loads(line, parse_constant=refuse) == {
+        "kind": "train", "loss": 2.0, "grad_norm": None
+    }  # fmt: skip
