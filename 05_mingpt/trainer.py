@@ -242,7 +242,9 @@ class Trainer:
         """Steps `first`, ... of `epoch`, up to its end or trainer.max_steps; False if
         the ranks agreed to stop (the snapshot of the current step is then saved)."""
         self.train_set.set_epoch(epoch)  # this epoch's window offsets, on every rank alike
-        # A resumed epoch skips the micro-batches its first steps took before the stop.
+        # A resumed epoch skips the micro-batches its first steps took before the stop by
+        # drawing and dropping them (a sampler cannot start mid-epoch): no forward or
+        # backward pass, but each is still read and collated (main.py says what it costs).
         batches = islice(self.train_loader, first * self.micro_batches, None)
         last = min(self.steps_per_epoch, first + self.total_steps - self.step)
         self.interval = Interval(self.device)
