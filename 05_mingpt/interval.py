@@ -1,8 +1,10 @@
-"""Lesson 05: what the steps since the last progress line add up to.
+"""Lesson 05: what the steps since the last progress line add up to, and the line of
+metrics.jsonl that records them.
 
 Used by `trainer.py` (see main.py's docstring for the commands that launch the lesson).
 """
 
+import json
 import math
 import time
 from contextlib import contextmanager
@@ -11,11 +13,29 @@ import torch
 import torch.distributed as dist
 
 
+def metrics_line(metrics: dict) -> str:
+    """One line of metrics.jsonl, strict JSON. JSON has no infinity or NaN (json.dumps
+    would write `Infinity`, which strict readers refuse): a value that is not finite, as
+    the gradient norm of an interval whose fp16 steps all overflowed, is written null."""
+    finite = {
+        key: None if isinstance(value, float) and not math.isfinite(value) else value
+        for key, value in metrics.items()
+    }
+    return json.dumps(finite, allow_nan=False)
+
+
 class Interval:
     """What the steps since the last progress line add up to, and their training time.
-    The sums stay on the device, so adding a step to them does not wait for the GPU;
-    the stop agreement does, every step (Trainer._all_ranks_agree_to_stop says what
-    that costs)."""
+
+    The sums stay on the device, so adding a step to them does not wait for the GPU.
+    The stop agreement (Trainer._all_ranks_agree_to_stop) does, every step: its .item()
+    waits until the GPU has run everything queued before it, the previous step
+    included, so the GPU idles while Python queues the next step. That costs little
+    when a step's GPU work takes far longer than queuing it, and can cost much for a
+    small model on a fast GPU. Agreeing every log_every steps instead (the progress
+    line waits for the GPU there anyway) removes it, at the price of stopping up to
+    log_every steps later: the grace period (Slurm's KillWait, or an early
+    --signal=USR1@seconds) must cover them."""
 
     def __init__(self, device: torch.device):
         self.device = device

@@ -10,7 +10,6 @@ step depends on (snapshots.py), resumed only when nothing can go silently wrong
 progress lines with tokens/s and MFU (efficiency.py); and a metrics file.
 """
 
-import json
 import math
 from contextlib import nullcontext
 from itertools import islice
@@ -20,7 +19,7 @@ import torch
 import torch.distributed as dist
 from config import Config, shaping_settings
 from efficiency import model_flops_per_token, peak_flops
-from interval import Interval
+from interval import Interval, metrics_line
 from precision import precision_and_scaler
 from resume import check_ranks_agree, keep_metrics_up_to, read_snapshot, resumed_schedule
 from schedule import count_steps, learning_rate, micro_batching, small_micro_batches
@@ -33,17 +32,6 @@ from common.distributed import log, log0
 from common.preemption import StopRequest
 from common.random_state import gather_random_states, restore_random_state
 from common.snapshot import SnapshotError
-
-
-def metrics_line(metrics: dict) -> str:
-    """One line of metrics.jsonl, strict JSON. JSON has no infinity or NaN (json.dumps
-    would write `Infinity`, which strict readers refuse): a value that is not finite, as
-    the gradient norm of an interval whose fp16 steps all overflowed, is written null."""
-    finite = {
-        key: None if isinstance(value, float) and not math.isfinite(value) else value
-        for key, value in metrics.items()
-    }
-    return json.dumps(finite, allow_nan=False)
 
 
 class Trainer:
@@ -203,14 +191,8 @@ class Trainer:
 
     def _all_ranks_agree_to_stop(self) -> bool:
         # As in lesson 03: ranks hear a signal at different moments (or only some do),
-        # so at every step they share their flag; MAX is 1 if any rank was asked.
-        # On a GPU this is a host sync every step: .item() waits until the GPU has run
-        # everything queued before it, the previous step included, so the GPU idles
-        # while Python queues the next step. Little when a step's GPU work takes far
-        # longer than queuing it; it can be much for a small model on a fast GPU.
-        # Agreeing every log_every steps instead (the progress line waits there anyway)
-        # removes it, at the price of stopping up to log_every steps later: the grace
-        # period (Slurm's KillWait, or --signal=USR1@seconds early) must cover them.
+        # so at every step they share their flag; MAX is 1 if any rank was asked. On a
+        # GPU, .item() makes this a host sync every step: interval.py says what it costs.
         flag = torch.tensor([int(self.stop.received)], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
@@ -242,9 +224,7 @@ class Trainer:
         """Steps `first`, ... of `epoch`, up to its end or trainer.max_steps; False if
         the ranks agreed to stop (the snapshot of the current step is then saved)."""
         self.train_set.set_epoch(epoch)  # this epoch's window offsets, on every rank alike
-        # A resumed epoch skips the micro-batches its first steps took before the stop by
-        # drawing and dropping them (a sampler cannot start mid-epoch): no forward or
-        # backward pass, but each is still read and collated (main.py says what it costs).
+        # A resumed epoch reads and drops the micro-batches its first steps took (main.py).
         batches = islice(self.train_loader, first * self.micro_batches, None)
         last = min(self.steps_per_epoch, first + self.total_steps - self.step)
         self.interval = Interval(self.device)

@@ -23,7 +23,6 @@ schedule = lesson_module("05_mingpt", "schedule")
 resume = lesson_module("05_mingpt", "resume")
 snapshots = lesson_module("05_mingpt", "snapshots")
 interval = lesson_module("05_mingpt", "interval")
-trainer = lesson_module("05_mingpt", "trainer")
 lesson_config = lesson_module("05_mingpt", "config")
 
 SHAPE = dict(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64)
@@ -249,7 +248,7 @@ def test_an_interval_whose_fp16_steps_all_overflowed_writes_strict_json(monkeypa
     def refuse(constant: str):
         raise ValueError(f"{constant} is not JSON")
 
-    line = trainer.metrics_line({"kind": "train", "loss": loss, "grad_norm": grad_norm})
+    line = interval.metrics_line({"kind": "train", "loss": loss, "grad_norm": grad_norm})
     assert json.loads(line, parse_constant=refuse) == {
         "kind": "train", "loss": 2.0, "grad_norm": None
     }  # fmt: skip
