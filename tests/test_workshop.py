@@ -49,3 +49,18 @@ def test_each_notebook_states_the_time_of_its_row():
         )
         assert f"{stated[1]} min" == teaching, (notebook.name, stated[0], teaching)
         assert f"{stated[2]} s" == runs_in, (notebook.name, stated[0], runs_in)
+
+
+def test_the_readmes_lessons_table_states_each_notebooks_reading_time():
+    """The README's lessons table, a row per notebook in course order: its time is the
+    notebook's own Time line (one figure, held equal here)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| lesson | what you learn | time |") :].split("\n\n", 1)[0]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table.splitlines()[2:]]
+    notebooks = lesson_notebooks([])
+    assert len(rows) == len(notebooks), [row[0] for row in rows]
+    for notebook, (lesson, _, time) in zip(notebooks, rows, strict=True):
+        assert f"({notebook.relative_to(REPO)})" in lesson, (lesson, notebook)
+        first = " ".join(nbformat.read(notebook, as_version=4).cells[0].source.split())
+        stated = re.search(r"\*\*Time:\*\* about (\d+) minutes to read", first)
+        assert stated and f"{stated[1]} min" == time, (notebook.name, time)
