@@ -16,6 +16,9 @@ What this run shows, on the device it finds:
    (`AllReduceSum`), then normalize. It works on gloo and equals the
    one-process model on the global batch.
 
+Every mode is compared with one process trained on the global batch, on the same
+device as the DDP runs (a GPU run is never compared with a CPU run).
+
 Each rank's inputs are shifted by its rank, so local statistics differ a lot, as they
 do when the ranks' batches are small or their data is not shuffled together.
 
@@ -112,13 +115,14 @@ def train_ddp(model: nn.Module, steps: int, device: torch.device) -> torch.Tenso
     return flat_state(ddp.module)
 
 
-def train_one_process(steps: int, world_size: int) -> torch.Tensor:
-    """The baseline: plain BatchNorm, one process, the whole global batch."""
-    model = make_model(nn.BatchNorm1d)
+def train_one_process(steps: int, world_size: int, device: torch.device) -> torch.Tensor:
+    """The baseline: plain BatchNorm, one process, the whole global batch, on the device
+    of the DDP runs, so that only the synchronization differs."""
+    model = make_model(nn.BatchNorm1d).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for inputs, targets in batches(steps, world_size):
         optimizer.zero_grad()
-        F.mse_loss(model(inputs), targets).backward()
+        F.mse_loss(model(inputs.to(device)), targets.to(device)).backward()
         optimizer.step()
     return flat_state(model)
 
@@ -135,7 +139,7 @@ def main() -> None:
         backend=backend_for(device.type),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
-    baseline = train_one_process(args.steps, world_size)  # every rank computes it alike
+    baseline = train_one_process(args.steps, world_size, device)  # alike on every rank
 
     try:
         torch_sync = nn.SyncBatchNorm.convert_sync_batchnorm(make_model(nn.BatchNorm1d))

@@ -131,6 +131,22 @@ def test_communication_hooks_hold_on_the_device(tmp_path):
     assert by_hand and float(by_hand[1]) < 1e-6, hooks  # DDP's average, written out
 
 
+def test_sync_batchnorm_equals_one_process_on_the_device(tmp_path):
+    """PyTorch's SyncBatchNorm equals one process on the global batch, on the same GPU
+    (on the CPU PyTorch refuses it); the hand-written version does too, on any device."""
+    needs_processes(2)  # with one process there is nothing to synchronize
+    output = torchrun("02_multigpu/sync_batchnorm.py", "", tmp_path)
+    gaps = dict(re.findall(r"\[rank0\] mode (\w+) +\|.*one process\| (\S+)", output))
+    if DEVICE == "cuda":
+        assert float(gaps["torch"]) < 1e-5, output
+    else:
+        assert "torch" not in gaps, output
+        assert "nn.SyncBatchNorm is refused on cpu: SyncBatchNorm layers only work with GPU" in (
+            output
+        )
+    assert float(gaps["synced"]) < 1e-5 < 1e-2 < float(gaps["local"]), output
+
+
 def test_static_graph_stops_the_silent_drift_on_the_device(tmp_path):
     needs_processes(2)  # the drift is between ranks
     static = torchrun("02_multigpu/ddp_options/static_graph.py", "", tmp_path)
