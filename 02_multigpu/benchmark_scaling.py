@@ -8,7 +8,9 @@ table: the median time per epoch and the speed-up over one single-threaded proce
     python benchmark_scaling.py --batch_size 128     # all-reduce as costly as compute
 
 On a machine with C cores the ideal speed-up of N <= C processes is N. Run it on a
-quiet machine: anything else running takes cores away from the measurement.
+quiet machine: anything else running takes cores away from the measurement. Where it
+runs on GPUs (one per process), the 1-process x 2-threads row is left out: it compares
+ways of using CPU cores.
 """
 
 import re
@@ -58,8 +60,10 @@ def main() -> None:
         parser.error("epochs must be >= 2 (the first one pays for warming up)")
 
     # One device for every run compared here: never a GPU run beside a CPU run.
-    choose(processes_per_machine=max(args.processes))
-    rows = [(n, 1) for n in sorted(set(args.processes) | {1})] + [(1, args.threads)]
+    device = choose(processes_per_machine=max(args.processes))
+    rows = [(n, 1) for n in sorted(set(args.processes) | {1})]
+    if device == "cpu":
+        rows.append((1, args.threads))  # the rival that uses the cores without DDP
     baseline = None
     print(f"{'processes':>9} {'threads':>7} {'s/epoch':>8} {'speed-up':>8}")
     for processes, threads in rows:
