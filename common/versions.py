@@ -1,8 +1,8 @@
 """A lesson line that needs a newer PyTorch than the one installed says so in one line.
 
 The course runs on PyTorch 2.13 to 2.15 (requirements.txt). A cluster often has an older
-release, and most of the course runs there too: the GPU mode ran it on 2.11 (README,
-"Running on GPUs"). The few places that use something newer call `needs_torch` first,
+release, and most of the course runs there too: the GPU mode ran it on 2.11
+(docs/results.md). The few places that use something newer call `needs_torch` first,
 so that an older PyTorch stops there with what is missing instead of a traceback.
 """
 

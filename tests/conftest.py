@@ -25,7 +25,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The suite proves the course on the CPU, on every machine: on a GPU machine too, where
 # several agents on one machine would share GPU 0 and the notebooks' 3- and 4-process
 # launches need as many GPUs. tests/test_gpu_mode.py is the GPU mode: it launches the
-# lesson scripts on the GPUs where there are some (README, "Running on GPUs"). A
+# lesson scripts on the GPUs where there are some (docs/gpus.md). A
 # DDP_DEVICE already set wins.
 os.environ.setdefault("DDP_DEVICE", "cpu")
 

@@ -1,7 +1,7 @@
 """The benchmark scripts still run: each once at tiny settings, its table parsed.
 
 Their figures depend on the machine and its load, so they are never asserted (the
-README says how to measure them). What is checked is what must hold on any machine:
+docs/scripts.md says how to measure them). What is checked is what must hold on any machine:
 one row per configuration, and every derived figure computed from the printed ones.
 """
 

@@ -5,7 +5,7 @@ process, before CUDA does (with "invalid device ordinal" on some processes, or n
 No GPU here: each test fakes a machine with a number of GPUs (`torch.accelerator`'s
 `current_accelerator` and `device_count`, `torch.cuda.set_device`), and torchrun's
 environment, also on a GPU machine. On a real GPU only the fitting case has run (one
-process on one H200, through the GPU mode: README, "Running on GPUs").
+process on one GPU, through the GPU mode: docs/gpus.md).
 """
 
 import pytest

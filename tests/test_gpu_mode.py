@@ -7,7 +7,7 @@ process per GPU, up to 4; a test that needs more processes than there are GPUs s
 saying how many it needs (the GPU mode, course/gpu_mode.py, lists it). Elsewhere they
 launch them on the CPU with gloo and 2 processes, which is how they run on the machine
 this course is built on: there the logic of every assertion is tested. On a GPU they
-ran on one H200 only (README, "Running on GPUs"). COURSE_TEST_DEVICE=cpu or =cuda
+ran on one GPU only (docs/gpus.md). COURSE_TEST_DEVICE=cpu or =cuda
 forces either; the rest of the suite stays on the CPU (conftest).
 
 GPU runs are bit for bit repeatable only with deterministic cuBLAS, so the launches

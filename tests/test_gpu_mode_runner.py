@@ -1,6 +1,6 @@
 """The GPU mode's command (`python -m course.gpu_mode`): what it plans on machines of
 0 to 8 GPUs (faked), how it reads what ran, and a real run of two scripts on the CPU.
-What it does on a real GPU is in the README ("Running on GPUs")."""
+What it does on a real GPU is in docs/gpus.md."""
 
 import re
 import subprocess
