@@ -4,6 +4,7 @@ whole site, and the site in a browser: test_site.py."""
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -190,3 +191,12 @@ def test_staging_removes_what_is_gone_and_rewrites_only_what_changed(tmp_path):
 
     assert home.stat().st_mtime_ns == 1  # unchanged: not written, so Sphinx skips it
     assert workshop.read_text(encoding="utf-8") == (REPO / "WORKSHOP.md").read_text()
+
+
+def test_the_published_site_is_built_by_the_documented_command():
+    """The Pages workflow runs the command docs/install.md gives for the rendered course."""
+    install = (REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    documented = install.split("## The whole course, executed and rendered")[1]
+    (command,) = re.findall(r"```bash\n(.*?)\n```", documented, re.S)[:1]
+    workflow = (REPO / ".github" / "workflows" / "pages.yml").read_text(encoding="utf-8")
+    assert f"- run: {command}\n" in workflow
