@@ -185,15 +185,7 @@ def main() -> int:
     if unknown := [v for v in args.versions if v not in PROMISED]:
         parser.error(f"{', '.join(unknown)}: not a promised Python (these are: {PROMISED})")
 
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    commit, dirty = results.head()
     if dirty:
         print(f"Changes not committed are not tested: each run clones HEAD ({commit[:7]}).")
     logs = REPO / "build" / "pythons"

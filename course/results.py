@@ -54,18 +54,24 @@ TABLES = {
 }
 
 
-def commit() -> str:
-    """The short hash of HEAD, with `+changes` when tracked files differ from it."""
-    head = subprocess.run(
-        ["git", "rev-parse", "--short=7", "HEAD"], cwd=REPO, capture_output=True, text=True
+def head() -> tuple[str, bool]:
+    """HEAD's commit, and whether tracked files differ from it."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
     ).stdout.strip()
-    dirty = subprocess.run(
+    changes = subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"],
         cwd=REPO,
         capture_output=True,
         text=True,
     ).stdout.strip()
-    return head + ("+changes" if dirty else "")
+    return commit, bool(changes)
+
+
+def commit() -> str:
+    """HEAD's short hash, with `+changes` when tracked files differ from it."""
+    full, changes = head()
+    return full[:7] + ("+changes" if changes else "")
 
 
 def today() -> str:
