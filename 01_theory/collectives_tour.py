@@ -154,8 +154,9 @@ def send_recv(rank, world_size, device):
 
 def isend_irecv(rank, world_size, device):
     # Every rank passes its tensor to the right at the same time: the ring's step. One
-    # batch: nccl runs a rank's ungrouped messages one after another, so an irecv posted
-    # alone before the isend would wait for a left neighbour that is itself waiting.
+    # batch: nccl promises that sends and receives progress together only when grouped;
+    # ungrouped, each rank's irecv could hold up its isend, and every rank would wait for
+    # its left neighbour, which waits for its own, round the ring.
     t = mine(rank, device)
     incoming = torch.zeros_like(t)
     requests = dist.batch_isend_irecv(
