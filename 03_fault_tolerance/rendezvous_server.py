@@ -1,10 +1,13 @@
 """Lesson 03: a rendezvous store that outlives every training agent.
 
 In an elastic job the torchrun agents meet at a key-value store (the c10d rendezvous
-backend). By default the first agent hosts it, so that agent may never leave: when
-it goes, the store goes with it and the others cannot meet again. In production the
-store lives elsewhere (etcd, or a small always-on host). This script is that host on
-one machine: a TCPStore on 127.0.0.1 that any agent can leave and join.
+backend). By default an agent hosts it: the one on the machine that `--rdzv_endpoint`
+names (torchrun compares the endpoint's host with the machine's names and addresses;
+of several agents there, the first to bind the port), not the first agent to arrive.
+That agent may never leave: when it goes, the store goes with it and the others cannot
+meet again. In production the store lives elsewhere (etcd, or a small always-on host).
+This script is that host on one machine: a TCPStore on 127.0.0.1 that any agent can
+leave and join (`is_host=false` tells the agents not to host one themselves).
 
 Launch it first, in one terminal, then point every agent at it, in one or two more
 (PORT: any free port):
