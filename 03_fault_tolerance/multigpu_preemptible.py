@@ -1,18 +1,14 @@
 """Lesson 03, part 3: the same training, stopping when the cluster asks.
 
-`multigpu_torchrun.py` (part 1) with a stop put in, and its crash injection left out.
-Asked to stop (SIGTERM to torchrun, which forwards it: a time limit, a preemption; or
-SIGTERM or SIGUSR1 to any one worker), every rank stops at the same step, rank 0 saves
-a snapshot of that step, and every rank exits with code 75, "stopped, resume me":
-launched again, it goes on from that step, losing nothing. A snapshot that cannot be
-read asks torchrun not to restart: each restart would meet it again.
+`multigpu_torchrun.py` (part 1, its arguments: `--help`) with a stop put in, its crash
+injection left out. Asked to stop (a time limit, a preemption: SIGTERM to torchrun,
+which forwards it; or SIGTERM or SIGUSR1 to one worker), every rank stops at the same
+step, rank 0 saves a snapshot of it, and all exit with code 75, "stopped, resume me":
+launched again, it loses nothing. An unreadable snapshot asks torchrun not to restart.
 
-Launch it (from any folder, with the path to this file), and stop it with
-`kill -TERM <torchrun's pid>`:
+Launch it from any folder, and stop it with `kill -TERM <torchrun's pid>`:
 
     torchrun --standalone --nproc_per_node=2 multigpu_preemptible.py 20 5
-
-Its arguments, its `snapshot.pt` and its resume are part 1's (`--help` lists them).
 """
 
 import itertools
@@ -143,6 +139,10 @@ class Trainer:
         # Ranks receive a signal at different moments (or only some do): a rank that
         # stopped alone would leave the others waiting for it in the next all-reduce.
         # So at every step all ranks share their flag: MAX is 1 if any rank was asked.
+        # On a GPU this costs what the loss's .detach() avoids: .item() waits for the
+        # GPU to finish the step before the next one can be queued (a host sync per
+        # step). Asked every N steps instead, it costs 1/N of that, and the stop comes
+        # up to N steps later: those steps and the save must fit in Slurm's KillWait.
         flag = torch.tensor([int(self.stop.received)], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())  # the same answer on every rank, at the same step
