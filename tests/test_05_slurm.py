@@ -101,6 +101,10 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
             ("0", "[0, 1]", "[0, 1]", "[4, 4]"),
             ("1", "[0, 1]", "[2, 3]", "[4, 4]"),
         ], results
+    # The workers' MASTER_ADDR is node 0's address as Slurm knows it (--local-addr from
+    # NodeAddr), not its hostname's FQDN, which another node need not resolve.
+    masters = {r["master_addr"] for rounds in results.values() for r in rounds}
+    assert masters == {"127.0.0.1"}, results
 
     _, train_set, _, _ = char_dataset.build_datasets(str(data), 32, 0.1, 1337)
     steps = len(train_set) // 32  # windows per epoch over the global batch

@@ -1,14 +1,18 @@
-"""The lessons' sbatch scripts ask for GPUs, and a job that got no usable GPU stops in
-one line instead of training on the CPU unnoticed.
+"""The lessons' sbatch scripts ask for GPUs, say where training runs as the workers will
+decide it (the GPUs PyTorch sees, else the CPUs), stop in one line when Slurm gave GPUs
+that PyTorch cannot see, and start every node's torchrun with the Python they checked,
+the CPUs sbatch asked for, and that node's own address.
 
-A job that asked for GPUs has SLURM_GPUS_PER_NODE set ("4", or "a100:4"). Here no GPU
-exists: the scripts are run by bash with that variable, as Slurm's batch step would run
-them, and must stop before they reach Slurm's commands. (On the local Slurm cluster the
-same scripts run with `--gpus-per-node=0` and say "CPUs, gloo": the notebook of lesson
-04 and tests/test_05_slurm.py check that.)
+The scripts are run by bash with the variables Slurm's batch step would set. With the
+real PyTorch (which sees no GPU here) they must stop before Slurm's commands; with
+stand-ins for `scontrol`, `srun` and the Python, they run to the end, and the stand-in
+torchrun reports what each node was given. (On the local Slurm cluster the same scripts
+run for real with `--gpus-per-node=0` and say "CPUs, gloo": the notebook of lesson 04 and
+tests/test_05_slurm.py check that.)
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,35 +25,160 @@ SCRIPTS = {
     "multinode.sbatch": (REPO / "04_multinode", ["4", "2"]),
     "sbatch_run.sh": (REPO / "05_mingpt", ["trainer.max_epochs=1"]),
 }
+# What Slurm's batch step sets, by the way the job asked for 4 GPUs per node:
+# SLURM_GPUS_PER_NODE only for --gpus-per-node; SLURM_GPUS_ON_NODE for every way.
+ASKED = {
+    "--gpus-per-node=4": {"SLURM_GPUS_PER_NODE": "4", "SLURM_GPUS_ON_NODE": "4"},
+    "--gres=gpu:a100:4": {"SLURM_GPUS_ON_NODE": "4"},
+}
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")
-@pytest.mark.parametrize("requested", ["4", "a100:4"])
-@pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_gpus_asked_for_and_not_seen_stop_the_job_in_one_line(name, requested, tmp_path):
-    lesson, arguments = SCRIPTS[name]
+def batch_step_environment(lesson: Path, **variables: str) -> dict[str, str]:
     environment = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "SLURM_SUBMIT_DIR": str(lesson),
-        "SLURM_GPUS_PER_NODE": requested,
+        **variables,
     }
-    for variable in ("SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_NNODES"):
-        environment.pop(variable, None)  # any use of them would fail under `set -u`
+    for variable in ("SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_NNODES", "PYTHON", "DDP_DEVICE"):
+        if variable not in variables:
+            environment.pop(variable, None)  # any use of them would fail under `set -u`
+    return environment
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where torch sees no GPU")
+@pytest.mark.parametrize("asked", sorted(ASKED))
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_gpus_given_and_not_seen_stop_the_job_in_one_line(name, asked, tmp_path):
+    lesson, arguments = SCRIPTS[name]
+    result = subprocess.run(
+        ["bash", lesson / "slurm" / name, *arguments],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=batch_step_environment(lesson, **ASKED[asked]),
+        timeout=120,
+    )
+    assert (result.returncode, result.stdout) == (2, ""), result
+    assert result.stderr == (
+        f"{name}: Slurm gave the job 4 GPU(s) on {os.uname().nodename}, but PyTorch sees "
+        f"none; on a CPU-only cluster submit with: sbatch --gpus-per-node=0 slurm/{name} "
+        f"{' '.join(arguments)}\n"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_a_python_without_torch_is_named_in_one_line(name, tmp_path):
+    lesson, arguments = SCRIPTS[name]
+    result = subprocess.run(
+        ["bash", lesson / "slurm" / name, *arguments],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=batch_step_environment(lesson, PYTHON="false"),
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout) == (2, ""), result
+    assert result.stderr == (
+        f"{name}: false cannot import torch on {os.uname().nodename}; set PYTHON to the "
+        "Python that has PyTorch\n"
+    )
+
+
+# Stand-ins, each a small bash script. scontrol: a job on node1 and node2, whose
+# addresses are 10.9.0.1 and 10.9.0.2, its list of nodes written in two parts, as
+# scontrol writes a long one (a reader that stops after the first line ends the writer
+# with SIGPIPE, and under `set -o pipefail` the job with it). srun: runs its command
+# once per node, as that node (SLURMD_NODENAME), after saying what CPUs per task it
+# passes on. The Python: says it sees $GPUS_SEEN GPUs, and as torchrun (-m
+# torch.distributed.run) reports its node, its own path, DDP_DEVICE and its arguments,
+# instead of starting anything.
+STAND_INS = {
+    "scontrol": """#!/bin/bash
+case "$1 $2" in
+"show hostnames") echo node1 && sleep 0.2 && echo node2 ;; # a long list: several writes
+"show node") echo "NodeName=$3 Arch=x86_64
+   NodeAddr=10.9.0.${3#node} NodeHostName=$3" ;;
+*) exit 1 ;;
+esac
+""",
+    "srun": """#!/bin/bash
+echo "srun: SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK:-unset}"
+while [[ $1 == --* ]]; do shift; done
+for node in node1 node2; do SLURMD_NODENAME=$node "$@" || exit; done
+""",
+    "python": """#!/bin/bash
+if [[ $1 == -m && $2 == torch.distributed.run ]]; then
+    echo "torchrun on $SLURMD_NODENAME: python=$0 DDP_DEVICE=${DDP_DEVICE:-unset} ${*:3}"
+elif [[ $2 == *device_count* ]]; then
+    echo "$GPUS_SEEN"
+else
+    exit 1
+fi
+""",
+}
+
+
+def run_with_stand_ins(name: str, tmp_path: Path, gpus_seen: int, **variables: str) -> str:
+    lesson, arguments = SCRIPTS[name]
+    for program, text in STAND_INS.items():
+        (tmp_path / program).write_text(text)
+        (tmp_path / program).chmod(0o755)
+    environment = batch_step_environment(
+        lesson,
+        PYTHON=str(tmp_path / "python"),
+        GPUS_SEEN=str(gpus_seen),
+        SLURM_JOB_NODELIST="node[1-2]",
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_NUM_NODES="2",
+        SLURM_NNODES="2",
+        SLURM_CPUS_PER_TASK="2",
+        RDZV_PORT="29555",
+        **variables,
+    )
+    # The stand-ins come first on PATH; the real python3 must not be needed.
+    environment["PATH"] = f"{tmp_path}{os.pathsep}/usr/bin{os.pathsep}/bin"
     result = subprocess.run(
         ["bash", lesson / "slurm" / name, *arguments],
         capture_output=True,
         text=True,
         cwd=tmp_path,
         env=environment,
-        timeout=120,
+        timeout=60,
     )
-    assert (result.returncode, result.stdout) == (2, ""), result
-    assert result.stderr == (
-        f"{name}: the job asked for 4 GPU(s) per node, but PyTorch sees none on "
-        f"{os.uname().nodename}; on a CPU-only cluster submit with: sbatch "
-        f"--gpus-per-node=0 slurm/{name} {' '.join(arguments)}\n"
-    )
+    assert result.returncode == 0, result
+    return result.stdout
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_each_node_gets_its_cpus_the_checked_python_and_its_own_address(name, tmp_path):
+    output = run_with_stand_ins(name, tmp_path, gpus_seen=0)
+    # sbatch's --cpus-per-task=2 reaches the step: srun does not inherit it by itself.
+    assert "srun: SRUN_CPUS_PER_TASK=2" in output, output
+    agents = re.findall(r"^torchrun on (\w+): python=(\S+) DDP_DEVICE=(\S+) (.*)$", output, re.M)
+    assert [agent[:3] for agent in agents] == [
+        ("node1", str(tmp_path / "python"), "unset"),
+        ("node2", str(tmp_path / "python"), "unset"),
+    ], output
+    for node, _, _, arguments in agents:
+        # Its own node's address (what c10d's node 0 gives the workers as MASTER_ADDR),
+        # before the script's path; the rendezvous at the head node's address.
+        assert arguments.startswith(f"--local-addr=10.9.0.{node[-1]} --nnodes=2 "), arguments
+        assert "--rdzv_endpoint=10.9.0.1:29555" in arguments
+        assert "--rdzv_id=4242 " in arguments
+    assert "(CPUs, gloo)" in output
+
+
+@pytest.mark.parametrize("asked", ["--gres=gpu:a100:4", "nothing (GPUs not confined)"])
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_gpus_that_pytorch_sees_train_on_nccl_however_they_were_asked_for(name, asked, tmp_path):
+    variables = ASKED.get(asked, {})
+    output = run_with_stand_ins(name, tmp_path, gpus_seen=4, **variables)
+    where = "4 GPU(s) on the head node, nccl" if name == "multinode.sbatch" else "GPUs, nccl"
+    assert f"({where})" in output, output
+    assert output.count("DDP_DEVICE=cuda") == 2, output  # every node's workers
+    if name == "sbatch_run.sh":  # one process per GPU
+        assert "2 node(s) x 4 process(es)" in output and "--nproc_per_node=4 " in output
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
