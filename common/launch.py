@@ -26,7 +26,9 @@ that crashes would leave a green cell and a notebook that "passes". `run`:
 
 For commands that run side by side (two torchrun agents playing two nodes, an agent
 that joins a running job), `start` launches a command in the background and returns a
-`Command`: `wait_for` a line of its output, then `wait` for it to end. While any wait
+`Command`: `wait_for` a line of its output, then `wait` for it to end. A failure is done
+to a job from outside, as the OOM killer would: `kill_worker(rank)` once its output
+reaches a given step. While any wait
 runs, the output of every running command is shown, each line prefixed by its label.
 If a wait fails, times out or is interrupted, every running command is killed.
 
@@ -40,10 +42,13 @@ import queue
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
 import time
+
+import psutil
 
 from common import notebook_device
 from common.command_line import on_this_machine_only, processes_per_machine, resolve
@@ -171,6 +176,25 @@ class Command:
         """Signal the command's own process (for torchrun: its agent), as a cluster's
         scheduler would when it asks a job to stop."""
         self._process.send_signal(signum)
+
+    def kill_worker(self, rank: int) -> int:
+        """SIGKILL the torchrun worker of global rank `rank`, as the OOM killer would: no
+        handler runs, nothing is flushed or saved. Returns its pid. A worker is known by
+        the RANK its agent put into its environment; its own children (data loaders)
+        inherit it, so the one whose parent is not of that rank is the worker."""
+        of_rank = {}
+        for proc in self._tree.members():
+            try:
+                environ = proc.environ()
+                if "LOCAL_RANK" in environ and environ.get("RANK") == str(rank):
+                    of_rank[proc.pid] = proc
+            except psutil.Error:
+                pass  # ended meanwhile
+        workers = [proc for proc in of_rank.values() if proc.ppid() not in of_rank]
+        if len(workers) != 1:
+            raise RuntimeError(f"`{self.command}` has {len(workers)} workers of rank {rank}")
+        workers[0].send_signal(signal.SIGKILL)
+        return workers[0].pid
 
     @property
     def done(self) -> bool:

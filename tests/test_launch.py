@@ -278,3 +278,19 @@ def test_torchrun_inside_a_wrapper_leaves_nothing_either(tmp_path):
         quiet=True,
     )
     assert list(children_temp.iterdir()) == []
+
+
+def test_a_worker_killed_from_outside_is_restarted_by_torchrun():
+    job = start(
+        f"torchrun --standalone --nproc_per_node=2 --max-restarts=1 {SCRIPTS / 'until_killed.py'}",
+        quiet=True,
+    )
+    for rank in (0, 1):
+        job.wait_for(rf"^attempt 0 rank {rank} pid \d+$", timeout=120)
+    first = dict(re.findall(r"^attempt 0 rank (\d) pid (\d+)$", job.output, re.M))
+    killed = job.kill_worker(rank=1)
+    assert killed == int(first["1"])
+    output = job.wait(timeout=120)  # exit 0: the restarted attempt ended on its own
+    assert is_gone(killed)
+    again = dict(re.findall(r"^attempt 1 rank (\d) pid (\d+)$", output, re.M))
+    assert sorted(again) == ["0", "1"] and int(again["1"]) != killed, output
