@@ -23,6 +23,20 @@ def test_code_is_formatted():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_a_bare_skip_in_a_test_is_a_lint_error():
+    """Every skip in the tests goes through conftest's skip_or_fail, which COURSE_STRICT=1
+    (CI) turns into a failure: pyproject.toml bans pytest's own skips (TID251)."""
+    sample = 'import pytest\n\n\ndef test_x():\n    pytest.skip("no Slurm")\n'
+    result = subprocess.run(
+        [PYTHON, "-m", "ruff", "check", "--no-cache", "--stdin-filename", "tests/test_x.py", "-"],
+        cwd=REPO,
+        input=sample,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1 and "TID251 `pytest.skip` is banned" in result.stdout
+
+
 def test_no_command_uses_torchruns_log_redirection():
     """torchrun's --redirects and --tee are not supported on macOS (torch's
     elastic/multiprocessing/redirects.py): a course that runs on a Mac must not use them.
