@@ -1,13 +1,15 @@
 """The shape of the code a learner reads: a file per idea, under about 300 lines; `common/`
 (what lessons share) never reaches into `course/` (the course's machinery); no two
-modules of the project import each other, directly or around a circle."""
+modules of the project import each other, directly or around a circle (import-linter's
+contracts in pyproject.toml)."""
 
 import ast
 import json
 import re
+import subprocess
 from pathlib import Path
 
-from conftest import REPO, tracked_texts
+from conftest import PYTHON, REPO, tracked_texts
 
 from common.source import diff_text
 
@@ -20,7 +22,6 @@ OVER_THE_LIMIT = {
         "which the notebook shows as a diff from it; its setup is written out as 03's"
     ),
 }
-PACKAGES = ("common", "course")
 
 
 def python_files() -> list[str]:
@@ -33,76 +34,12 @@ def test_every_file_stays_under_the_limit_or_says_why():
     assert over == set(OVER_THE_LIMIT), {name: lengths[name] for name in over}
 
 
-def imported_modules(path: Path) -> set[str]:
-    """The project's modules (`common.x`, `course.y`, `course.cluster.z`) that a file
-    imports, at its top or inside a function."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        found |= {name for name in names if name.split(".")[0] in PACKAGES}
-    return {name for name in found if module_file(name)}
-
-
-def module_file(name: str) -> Path | None:
-    base = REPO / Path(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def import_graph() -> dict[str, set[str]]:
-    graph = {}
-    for name in python_files():
-        if name.split("/")[0] in PACKAGES:
-            module = name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-            imports = imported_modules(REPO / name) - {module}
-            # importing `course.cluster.slurm` runs `course.cluster` first: not a cycle
-            graph[module] = {i for i in imports if not module.startswith(i + ".")}
-    return graph
-
-
-def test_common_never_imports_course():
-    reaching = {
-        module: sorted(i for i in imports if i.startswith("course"))
-        for module, imports in import_graph().items()
-        if module.startswith("common")
-    }
-    assert {module: found for module, found in reaching.items() if found} == {}
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Every import circle, each once, as the list of modules around it."""
-    found, done = [], set()
-
-    def visit(module, path):
-        if module in path:
-            circle = path[path.index(module) :]
-            if frozenset(circle) not in done:
-                done.add(frozenset(circle))
-                found.append([*circle, module])
-            return
-        for imported in sorted(graph.get(module, ())):
-            visit(imported, [*path, module])
-
-    for module in sorted(graph):
-        visit(module, [])
-    return found
-
-
-def test_no_module_imports_itself_around_a_circle():
-    assert cycles(import_graph()) == []
-
-
-def test_the_circle_finder_finds_a_circle():
-    """The check above can fail: a circle of three, and one of two, are found."""
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d"}, "f": {"a"}}
-    assert sorted(map(sorted, map(set, cycles(graph)))) == [["a", "b", "c"], ["d", "e"]]
+def test_the_import_contracts_are_kept():
+    """pyproject.toml's [tool.importlinter] contracts, checked by import-linter (imports
+    inside functions count too)."""
+    lint_imports = Path(PYTHON).parent / "lint-imports"
+    result = subprocess.run([lint_imports, "--no-cache"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_common_lists_every_module_it_holds():
