@@ -16,15 +16,11 @@ gives each notebook item its code cells times its cell limit, tested at the end.
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 from conftest import run_nbmake
-
-from course.pytest_hooks import SLOWEST_FIRST, slowness_rank
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(REPO.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
@@ -117,22 +113,6 @@ def test_the_build_applies_the_same_cell_limit_as_nbmake():
         nb = nbformat.read(notebook, as_version=4)
         expected = nb.metadata.get("execution", {}).get("timeout", pytest_cell_limit())
         assert cell_limit(nb) == expected
-
-
-def test_the_suite_runs_the_slowest_items_first():
-    collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout
-    nodeids = [line for line in collected.splitlines() if "::" in line]
-    ranks = [slowness_rank(nodeid) for nodeid in nodeids]
-    assert ranks == sorted(ranks), nodeids[:40]
-    # Every name in the list still names an item (a renamed file would drop out silently).
-    assert set(ranks) == set(range(len(SLOWEST_FIRST) + 1))
 
 
 NOTEBOOK_OF_TWO_NAPS = {
