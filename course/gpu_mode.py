@@ -4,14 +4,17 @@ a table of what ran, on which device, and how it ended.
     python -m course.gpu_mode                       # tests, every script, every notebook
     python -m course.gpu_mode --parts scripts --logs gpu-logs
 
-Three parts, run side by side (the notebooks mostly use the CPU, the rest the GPUs):
+Three parts, run in turn, so that a GPU never has two jobs at once (two would share its
+memory, nccl's 3 and 10 s timeouts would time out waiting for the other, and a GPU in
+exclusive-process mode refuses a second):
 - tests: tests/test_gpu_mode.py and tests/test_gpu_checks.py with COURSE_TEST_DEVICE=cuda,
   what the lessons claim, asserted on the GPUs (one process per GPU, at most 4);
 - scripts: every lesson script (course.launches) with DDP_DEVICE=cuda, one process per
-  GPU (at most 4), each of which must exit 0;
+  GPU (at most 4), one launch at a time, each of which must exit 0;
 - notebooks: every lesson notebook under nbmake, each on the device its first cell
   chooses (common.notebook_device: its GPUs where there are as many as it declares,
-  else the CPU, and it says so).
+  else the CPU, and it says so): those on the GPUs one at a time, then those on the CPU
+  side by side.
 
 A row ends `passed`, `FAILED`, `needs N GPUs` (a test or script that needs more processes
 than this machine has GPUs: counted and listed, never run on the CPU instead) or `needs
@@ -28,7 +31,6 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common.notebook_device import where
@@ -86,6 +88,16 @@ def pytest_command(paths: list[str], report: Path, workers: int, extra: list[str
     return [sys.executable, "-m", "pytest", *paths, *options, *extra]
 
 
+def run_pytest(part: str, label: str, paths, workers: int, extra, env, logs: Path, device_of):
+    """Run pytest on `paths` to its end, with a log and a JUnit report in `logs` named
+    `label`, and return the table's rows of `part`."""
+    report = logs / f"{label}.xml"
+    command = pytest_command([str(path) for path in paths], report, workers, extra)
+    with open(logs / f"{label}.log", "w") as log:
+        subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return [(part, *row) for row in rows_from_report(report, device_of)]
+
+
 def rows_from_report(report: Path, device_of) -> list[tuple[str, str, str, float]]:
     """(name, device, outcome, seconds) of each test case in a JUnit XML report;
     `device_of(name)` says where it ran."""
@@ -135,7 +147,6 @@ def main() -> None:
     parser.add_argument("--scripts", nargs="+", help="only these launches (course.launches)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--logs", type=Path, help="keep the logs and reports here")
-    parser.add_argument("--jobs", type=int, default=4, help="script launches at a time")
     args = parser.parse_args()
 
     import torch  # after the arguments: --help needs no torch
@@ -157,54 +168,44 @@ def main() -> None:
         flush=True,
     )
 
-    began, started, rows = time.monotonic(), {}, []
-    # The two pytest parts in the background, each with a log and a JUnit report.
+    began, rows = time.monotonic(), []
     if "tests" in args.parts:
         test_env = {**os.environ, "COURSE_TEST_DEVICE": args.device}
-        command = pytest_command(TESTS, logs / "tests.xml", 0, [])
-        with open(logs / "tests.log", "w") as log:
-            started["tests"] = subprocess.Popen(
-                command, cwd=REPO, env=test_env, stdout=log, stderr=subprocess.STDOUT
-            )
-    if "notebooks" in args.parts:
-        notebook_env = {k: v for k, v in os.environ.items() if k != "DDP_DEVICE"}
-        if args.device == "cpu":
-            notebook_env["DDP_DEVICE"] = "cpu"
-        workers = max(1, min(len(lesson_notebooks([])), (os.cpu_count() or 2) // 2))
-        folders = sorted({str(nb.parent.relative_to(REPO)) for nb in lesson_notebooks([])})
-        command = pytest_command(folders, logs / "notebooks.xml", workers, ["--nbmake"])
-        with open(logs / "notebooks.log", "w") as log:
-            started["notebooks"] = subprocess.Popen(
-                command, cwd=REPO, env=notebook_env, stdout=log, stderr=subprocess.STDOUT
-            )
+        on_device = lambda _: args.device  # noqa: E731
+        rows += run_pytest("tests", "tests", TESTS, 0, [], test_env, logs, on_device)
 
     if "scripts" in args.parts:
         planned = plan_scripts(args.device, gpus)
         chosen = [
             (launch, n) for launch, n in planned if not args.scripts or launch.name in args.scripts
         ]
-        runnable = [(launch, processes) for launch, processes in chosen if processes]
-        with open(logs / "scripts.log", "w") as log, ThreadPoolExecutor(args.jobs) as pool:
-            outcomes = pool.map(lambda pair: run_script(*pair, args.device, log), runnable)
-            ran = {
-                launch.name: result for (launch, _), result in zip(runnable, outcomes, strict=True)
-            }
-        for launch, processes in chosen:
-            label = f"{launch.script} x{processes or launch.fewest}"
-            if processes:
-                ended, seconds = ran[launch.name]
-                rows.append(("scripts", label, args.device, ended, seconds))
-            else:
-                rows.append(("scripts", label, "-", f"needs {launch.fewest} GPUs", 0.0))
+        with open(logs / "scripts.log", "w") as log:
+            for launch, processes in chosen:
+                label = f"{launch.script} x{processes or launch.fewest}"
+                if processes:
+                    ended, seconds = run_script(launch, processes, args.device, log)
+                    rows.append(("scripts", label, args.device, ended, seconds))
+                else:
+                    rows.append(("scripts", label, "-", f"needs {launch.fewest} GPUs", 0.0))
 
-    for part, process in started.items():
-        process.wait()
-        if part == "notebooks":
-            device_of = notebook_device(gpus, args.device)
-        else:
-            device_of = lambda _: args.device  # noqa: E731
-        for name, device, ended, seconds in rows_from_report(logs / f"{part}.xml", device_of):
-            rows.append((part, name, device, ended, seconds))
+    if "notebooks" in args.parts:
+        notebook_env = {k: v for k, v in os.environ.items() if k != "DDP_DEVICE"}
+        if args.device == "cpu":
+            notebook_env["DDP_DEVICE"] = "cpu"
+        device_of = notebook_device(gpus, args.device)
+        notebooks = [nb.relative_to(REPO) for nb in lesson_notebooks([])]
+        on_gpus = [nb for nb in notebooks if device_of(nb.name) == "cuda"]
+        on_cpu = [nb for nb in notebooks if device_of(nb.name) != "cuda"]
+        cpu_workers = max(1, min(len(on_cpu), (os.cpu_count() or 2) // 2))
+        for label, group, workers in (
+            ("notebooks-on-gpus", on_gpus, 0),  # each has the GPUs to itself
+            ("notebooks-on-cpu", on_cpu, cpu_workers),
+        ):
+            if group:
+                nbmake = ["--nbmake"]
+                rows += run_pytest(
+                    "notebooks", label, group, workers, nbmake, notebook_env, logs, device_of
+                )
 
     summary = table(rows)
     (logs / "table.txt").write_text(summary + "\n")
