@@ -7,6 +7,9 @@
 2. The work lost per failure as a function of `save_every`: everything trained since
    the last snapshot is trained again.
 
+Each run is killed from outside, as the out-of-memory killer would: rank 1 gets SIGKILL
+as soon as rank 0 has logged the epoch before the one to interrupt.
+
 Launch it (from any folder; it runs `multigpu_torchrun.py` with torchrun, 2 processes):
 
     python measure_recovery.py                 # about 3 minutes on 2 cores
@@ -34,45 +37,45 @@ LAUNCH = "python measure_recovery.py [--repeats 1]"
 SCRIPT = Path(__file__).resolve().parent / "multigpu_torchrun.py"
 # Each restarted group gets a store of its own (see the notebook: a torchrun bug).
 FRESH_STORE_PER_ATTEMPT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-STEPS_PER_EPOCH = 32  # 2048 samples / (2 ranks x batch 32)
-# The work-lost runs crash in this epoch: late enough that every save_every up to it
-# has written a snapshot before (else the restart starts from scratch).
+# The work-lost runs are killed in this epoch: late enough that every save_every up to
+# it has written a snapshot before (else the restart starts from scratch).
 CRASH_EPOCH = 19
+EPOCH_LINE = re.compile(r"^\[rank0\] epoch (\d+) \| world", re.M)
 
 
 def crash_run(
-    folder: Path,
-    epochs: int,
-    save_every: int,
-    crash_epoch: int,
-    crash_step: int,
-    monitor_interval: float,
+    folder: Path, epochs: int, save_every: int, crash_epoch: int, monitor_interval: float
 ) -> dict[str, float]:
-    """One crash-and-restart run; the seconds at which each event's line arrived, and
-    the seconds per epoch of the training before the crash (when it ran 3 or more)."""
+    """One run killed early in `crash_epoch` and restarted; the seconds at which each
+    event's line arrived, the seconds per epoch of the training before the kill (when it
+    ran 3 or more), the epoch the kill interrupted and the epoch the restart resumed at."""
     command = (
         f"torchrun --standalone --nproc_per_node=2 --max-restarts=1 "
         f"--monitor-interval={monitor_interval} {SCRIPT} {epochs} {save_every} "
-        f"--crash_rank 1 --crash_epoch {crash_epoch} --crash_step {crash_step} "
         f"--snapshot_path {folder / 'snapshot.pt'}"
     )
     run = start(command, cwd=folder, env=FRESH_STORE_PER_ATTEMPT, quiet=True)
     events = {}
     try:
-        if crash_epoch >= 3:  # epochs 1 .. crash_epoch - 1 ran undisturbed: time them
-            run.wait_for(r"epoch 1 \| world", timeout=300)
-            begin = time.monotonic()
-            run.wait_for(rf"epoch {crash_epoch - 1} \| world", timeout=300)
+        run.wait_for(r"epoch 1 \| world", timeout=300)
+        begin = time.monotonic()
+        run.wait_for(rf"epoch {crash_epoch - 1} \| world", timeout=300)
+        if crash_epoch >= 3:  # epochs 2 .. crash_epoch - 1 ran undisturbed: time them
             events["seconds per epoch"] = (time.monotonic() - begin) / (crash_epoch - 2)
+        run.kill_worker(1)  # SIGKILL, from outside
+        events["died"] = time.monotonic()
         for name, pattern in (
-            ("died", r"injected failure"),
             ("noticed", r"closing signal|failed \(exitcode"),
             ("workers up", r"restart=1"),
             ("resumed", r"resumed from"),
-            ("epoch redone", rf"epoch {crash_epoch} \| world"),
         ):
             run.wait_for(pattern, timeout=300)
             events[name] = time.monotonic()
+        # The first epoch the killed attempt did not finish: its first line is the redo.
+        killed = run.output[: run.output.index("restart=1")]
+        events["killed in epoch"] = len(EPOCH_LINE.findall(killed))
+        run.wait_for(rf"^\[rank0\] epoch {events['killed in epoch']} \| world", timeout=300)
+        events["epoch redone"] = time.monotonic()
         output = run.wait(timeout=300)
     except CommandFailed:
         print(run.output[-3000:])  # what went wrong, since the run was quiet
@@ -112,31 +115,32 @@ def restart_table(intervals: list[float], repeats: int) -> None:
         rows = []
         for _ in range(repeats):
             with tempfile.TemporaryDirectory() as folder:
-                events = crash_run(Path(folder), 4, 1, 2, 5, interval)
+                events = crash_run(Path(folder), 4, 1, 2, interval)
             rows.append([events[h] - events["died"] for h in header[1:]])
         medians = [statistics.median(column) for column in zip(*rows, strict=True)]
         print("  ".join([f"{interval:>18g}", *(f"{m:>18.2f}" for m in medians)]))
 
 
 def work_lost_table(save_everies: list[int]) -> None:
-    crash_epoch, crash_step = CRASH_EPOCH, 16
     runs = {}
     for save_every in save_everies:
         with tempfile.TemporaryDirectory() as folder:
+            # Epochs to spare after the kill: it must land before training ends.
             runs[save_every] = crash_run(
-                Path(folder), crash_epoch + 1, save_every, crash_epoch, crash_step, 0.1
+                Path(folder), CRASH_EPOCH + 3, save_every, CRASH_EPOCH, 0.1
             )
     # Seconds per epoch: timed in these runs, before their crash.
     per_epoch = statistics.median(events["seconds per epoch"] for events in runs.values())
     with tempfile.TemporaryDirectory() as folder:
         write = snapshot_write_seconds(Path(folder))
     print(
-        f"\n2. Work lost per failure (crash at epoch {crash_epoch}, step {crash_step} of "
-        f"{STEPS_PER_EPOCH}; {per_epoch:.3f} s per epoch; one snapshot write "
-        f"{write * 1000:.1f} ms)"
+        f"\n2. Work lost per failure (rank 1 killed once epoch {CRASH_EPOCH - 1} is logged; "
+        f"{per_epoch:.3f} s per epoch; one snapshot write {write * 1000:.1f} ms; the steps "
+        "of the killed epoch before the kill are not counted)"
     )
     header = (
         "save_every",
+        "killed in",
         "resumed at",
         "epochs redone",
         "redone (s)",
@@ -145,14 +149,15 @@ def work_lost_table(save_everies: list[int]) -> None:
     )
     print("  ".join(f"{h:>13}" for h in header))
     for save_every, events in runs.items():
-        resumed_at = events["resumed at epoch"]
-        redone = crash_epoch - resumed_at + crash_step / STEPS_PER_EPOCH
+        resumed_at, killed = events["resumed at epoch"], events["killed in epoch"]
+        redone = killed - resumed_at
         restart = events["resumed"] - events["died"]
         # A crash at a uniformly random moment loses on average half an interval.
         print(
             "  ".join(
                 [
                     f"{save_every:>13}",
+                    f"{killed:>13}",
                     f"{resumed_at:>13}",
                     f"{redone:>13.2f}",
                     f"{redone * per_epoch:>13.2f}",

@@ -13,11 +13,11 @@ Launch it (from any folder, with the path to this file):
 
     torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 \\
-        --max-restarts=3 multigpu_torchrun.py 20 5 --crash_rank 1 --crash_epoch 7 --crash_step 3
+        --max-restarts=3 multigpu_torchrun.py 20 5
 
-The second one kills rank 1 once, at epoch 7 step 3, and torchrun restarts the group.
-(The variable works around a torchrun bug that can make restarted workers hang; see
-the notebook.)
+Kill a worker of the second one (`kill -9 <its pid>`, as the out-of-memory killer
+would), and torchrun restarts the group. (The variable works around a torchrun bug that
+can make restarted workers hang; see the notebook.)
 
 `--batch_size` (default 32) is per process. It writes `snapshot.pt` to the current
 folder (`--snapshot_path` to change it) and resumes from it when it is there: delete
@@ -36,7 +36,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-import common.crash_injection as crash  # failures on purpose, for the lesson's demonstrations
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import (
@@ -101,7 +100,6 @@ class Trainer:
         device: torch.device,
         save_every: int,
         snapshot_path: Path,
-        crash_at: crash.CrashPlan | None,
     ) -> None:
         self.device = device
         self.global_rank = dist.get_rank()
@@ -110,7 +108,6 @@ class Trainer:
         self.optimizer = optimizer
         self.save_every = save_every
         self.snapshot_path = snapshot_path
-        self.crash_at = crash_at  # (rank, epoch, step) at which to die, or None
         self.epochs_run = 0  # epochs finished
         prepare_folder(snapshot_path)  # a path that cannot hold one: one line, now
         # Before the DDP wrap, on every rank: each replica resumes from the same state.
@@ -144,19 +141,12 @@ class Trainer:
         self.optimizer.step()
         return loss.detach()  # not .item(): on a GPU that would wait for every step
 
-    def _crash_if_planned(self, epoch: int, step: int) -> None:
-        # Only on torchrun's first attempt, so the restarted group gets past this point.
-        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-        if first_attempt and self.crash_at == (self.global_rank, epoch, step):
-            crash.die_now(epoch, step)  # SIGKILL, like the out-of-memory killer
-
     def _run_epoch(self, epoch: int) -> None:
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
         self.train_data.sampler.set_epoch(epoch)
         total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
-        for step, (source, targets) in enumerate(self.train_data):
-            self._crash_if_planned(epoch, step)
+        for source, targets in self.train_data:
             source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
             targets = targets.to(self.device, non_blocking=True)
             total_loss += self._run_batch(source, targets)
@@ -229,14 +219,12 @@ def main(
     save_every: int,
     batch_size: int,
     snapshot_path: Path,
-    crash_at: crash.CrashPlan | None,
 ) -> int:
     device = ddp_setup()
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size, device)
-    crash.check_crash_plan(crash_at, total_epochs, len(train_data), LAUNCH)
     try:
-        trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, crash_at)
+        trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path)
     except SnapshotError as error:
         log(str(error))  # one line that names the file and what to do, not a traceback
         dist.destroy_process_group()
@@ -256,13 +244,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
     )
-    crash.add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step
     args = parser.parse_args()
     exit_code = main(
         args.total_epochs,
         args.save_every,
         args.batch_size,
         args.snapshot_path,
-        crash.crash_plan(args),
     )
     end_process(exit_code)  # not Python's teardown: see common.distributed.end_process

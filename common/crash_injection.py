@@ -1,11 +1,11 @@
 """Failures on purpose: a worker that kills itself at a chosen rank, epoch and step.
 
-Introduced in 03_fault_tolerance; used by 03_fault_tolerance, 04_multinode and
-05_mingpt, whose scripts take `--crash_rank R --crash_epoch E --crash_step S`. This
-module parses the plan, refuses one that can never happen, and dies the way a real
+Used by 05_mingpt, whose `main.py` takes `--crash_rank R --crash_epoch E --crash_step S`
+(lessons 03 and 04 kill a worker from outside instead: `common.launch`'s `kill_worker`).
+This module parses the plan, refuses one that can never happen, and dies the way a real
 failure does. A plan applies once per job, not again after torchrun restarts the group:
-lesson 03 (one node) reads torchrun's restart count; lessons 04 and 05, which may run on
-several nodes, take the job's count from every rank (`restarts_of_the_job`).
+lesson 05, which may run on several nodes, takes the job's count from every rank
+(`restarts_of_the_job`).
 """
 
 import argparse

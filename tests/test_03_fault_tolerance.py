@@ -75,16 +75,6 @@ def test_a_bad_snapshot_gets_one_line_naming_the_file(make, message, script, tmp
     assert path.read_bytes() == before  # and the file is left for the learner to inspect
 
 
-def test_a_crash_that_can_never_happen_is_refused(tmp_path):
-    result = one_worker(tmp_path, "4", "2", "--crash_rank", "1", "--crash_epoch", "1")
-    assert result.returncode == 2
-    assert result.stdout.splitlines()[1:] == [
-        "[rank0] --crash_rank 1 never happens: it must be below 1; launch it as: "
-        "torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5"
-    ]  # refused before any training
-    assert not (tmp_path / "snapshot.pt").exists()
-
-
 def test_a_snapshot_path_under_a_file_is_refused_in_one_line_before_training(tmp_path):
     (tmp_path / "runs").write_text("a file where the snapshot's folder should be")
     result = one_worker(tmp_path, "2", "1", "--snapshot_path", "runs/snapshot.pt")

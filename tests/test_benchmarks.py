@@ -48,15 +48,17 @@ def test_03_measure_recovery_prints_both_tables(tmp_path):
     restart = re.search(r"^ +0\.1 +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)$", output, re.M)
     times = [float(value) for value in restart.groups()]
     assert times == sorted(times) and times[-1] > 0, restart[0]
-    # Table 2: crash at epoch 19, step 16 of 32. With a snapshot every 5 epochs the
-    # last one before the crash holds epochs 0-14: training goes on at 15 and redoes
-    # epochs 15-18 and half of 19.
+    # Table 2: rank 1 killed once epoch 18 is logged, so in epoch 19 (or, when the kill
+    # lands late, a later one). With a snapshot every 5 epochs the last one before it
+    # holds epochs 0-14 (as a rule): training goes on at 15 and redoes epochs 15-18.
     per_epoch = float(re.search(r"; ([\d.]+) s per epoch;", output)[1])
-    lost = re.search(r"^ +5 +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)$", output, re.M)
+    lost = re.search(r"^ +5 +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) +([\d.]+)$", output, re.M)
     assert lost is not None, output[-2000:]
-    resumed_at, redone, redone_seconds, _, average = lost.groups()
-    assert (int(resumed_at), float(redone), float(average)) == (15, 4.5, 2.5)
-    assert float(redone_seconds) == pytest.approx(4.5 * per_epoch, abs=0.01)
+    killed, resumed_at, redone, redone_seconds, _, average = lost.groups()
+    assert int(killed) >= 19 and int(resumed_at) % 5 == 0, lost[0]
+    assert 15 <= int(resumed_at) <= int(killed), lost[0]
+    assert (float(redone), float(average)) == (int(killed) - int(resumed_at), 2.5)
+    assert float(redone_seconds) == pytest.approx(float(redone) * per_epoch, abs=0.01)
 
 
 def test_05_benchmark_throughput_ratio_is_two_over_one(tmp_path):

@@ -182,19 +182,22 @@ def test_a_stop_heard_by_one_rank_resumes_with_the_weights_of_a_run_without_one(
 def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path):
     script = "03_fault_tolerance/multigpu_torchrun.py"
     fresh_store = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # see the 03 notebook
-    torchrun(script, "4 2 --snapshot_path clean.pt", tmp_path)
-    crash = f"--crash_rank {PROCESSES - 1} --crash_epoch 3 --crash_step 2"
-    output = launch(
+    torchrun(script, "8 2 --snapshot_path clean.pt", tmp_path)
+    job = start(
         f"torchrun --standalone --nproc_per_node={PROCESSES} --max-restarts=1 "
-        f"{REPO / script} 4 2 {crash} --snapshot_path restarted.pt",
-        tmp_path,
-        env=fresh_store,
+        f"{REPO / script} 8 2 --snapshot_path restarted.pt",
+        cwd=tmp_path,
+        quiet=True,
+        env=ENVIRONMENT | fresh_store,
     )
-    assert "injected failure" in output and "restart=1" in output
+    job.wait_for(r"^\[rank0\] epoch 2 \|", timeout=120)
+    job.kill_worker(PROCESSES - 1)  # from outside, wherever it is by then: epoch 3 or later
+    output = job.wait(240)
+    assert "restart=1" in output
     clean, restarted = (
         torch.load(tmp_path / name, weights_only=True) for name in ("clean.pt", "restarted.pt")
     )
-    assert clean["epochs_run"] == restarted["epochs_run"] == 4
+    assert clean["epochs_run"] == restarted["epochs_run"] == 8
     for name, tensor in clean["model"].items():
         assert torch.equal(tensor, restarted["model"][name]), name
     for mine, expected in zip(restarted["rng_state"], clean["rng_state"], strict=True):
