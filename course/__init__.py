@@ -6,7 +6,7 @@ read, and `common/` never imports it:
 
 - `build`, `site`, `slides`, `browser_check`: execute every notebook, build the course
   site (Sphinx, settings in `site_config/`) and the slide decks in `build/`, then open
-  every page in headless chromium (`chromium`: the DevTools client).
+  every page in Debian's headless chromium, driven by Playwright.
 - `setup_check`: can this machine run the course? (before 00_intro).
 - `exercises`: the coding exercises' checks (`exercises.check(lesson, name)`).
 - `system_packages`: the one command that installs the Debian packages of the

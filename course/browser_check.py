@@ -5,7 +5,8 @@
 
 Every `.html` page under the folder (the site's pages, each slide deck) is
 served by a local web server on 127.0.0.1 (a free port) and opened in Debian's
-chromium (`sudo python3 -m course.system_packages chromium`, driven by `course.chromium`).
+chromium (`sudo python3 -m course.system_packages chromium`), driven by Playwright
+(`executable_path`: Playwright downloads no browser of its own).
 A page fails when, by the time chromium reports it loaded and the network
 idle, it has:
 
@@ -30,8 +31,98 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from course.chromium import CHROMIUM, Browser
+from playwright.sync_api import Error, sync_playwright
+
 from course.system_packages import INSTALL_COMMAND, program
+
+CHROMIUM = "chromium"
+# How long a starting chromium may take. Started beside the test suite's notebooks on 2
+# cores, it once took more than 30 s (612ef0f, 2026-11-27).
+START_TIMEOUT = 120
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+
+class Browser:
+    """Debian's headless chromium, driven by Playwright; use as a context manager."""
+
+    def __init__(self, executable: str = CHROMIUM):
+        self.playwright = sync_playwright().start()
+        try:
+            self.browser = self.playwright.chromium.launch(
+                executable_path=shutil.which(executable) or executable,
+                timeout=START_TIMEOUT * 1000,
+            )
+        except BaseException:
+            self.playwright.stop()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.browser.close()
+        finally:
+            self.playwright.stop()
+
+    def open(self, url: str, expression: str, timeout: float = 60) -> tuple[list[str], object]:
+        """Load `url` in a fresh tab; return its problems and the value of the JavaScript
+        `expression` (awaited, when it is a promise) once the page has loaded and the
+        network is idle."""
+        problems: list[str] = []
+        page = self.browser.new_page()
+
+        def fetched(url: str) -> None:
+            host = urlsplit(url).hostname
+            if url.startswith(("http:", "https:", "ws:", "wss:")) and host not in LOCAL_HOSTS:
+                problems.append(f"fetches from the network: {url}")
+
+        def answered(response) -> None:
+            # /favicon.ico is the browser's own guess, not something the page asked for.
+            if response.status >= 400 and urlsplit(response.url).path != "/favicon.ico":
+                problems.append(f"missing resource: {response.url} (HTTP {response.status})")
+
+        def failed(request) -> None:
+            if request.failure != "net::ERR_ABORTED":  # not a load the page cancelled
+                problems.append(f"resource failed to load: {request.url} ({request.failure})")
+
+        def console(message) -> None:
+            # Chromium's own line for a failed load: reported above, with its address.
+            if message.type in ("error", "assert") and not message.text.startswith(
+                "Failed to load resource"
+            ):
+                problems.append(f"console error: {message.text}")
+
+        def thrown(error) -> None:
+            lines = (error.stack or f"{error.name}: {error.message}").splitlines()
+            where = f" ({lines[1].strip()})" if len(lines) > 1 else ""  # the innermost frame
+            problems.append(f"JavaScript exception: {lines[0]}{where}")
+
+        page.on("request", lambda request: fetched(request.url))
+        page.on("websocket", lambda socket: fetched(socket.url))
+        page.on("response", answered)
+        page.on("requestfailed", failed)
+        page.on("console", console)
+        page.on("pageerror", thrown)
+        page.on("crash", lambda _: problems.append("the page crashed"))
+        value = None
+        try:
+            page.goto(url, wait_until="load", timeout=timeout * 1000)
+            page.wait_for_load_state("networkidle", timeout=timeout * 1000)
+        except Error as error:
+            problems.append(f"did not finish loading: {first_line(error)}")
+        try:
+            value = page.evaluate(expression)
+        except Error as error:
+            problems.append(f"the check's own script failed: {first_line(error)}")
+        page.close()
+        return problems, value
+
+
+def first_line(error: Error) -> str:
+    """Playwright's message without the name of the call and the browser's log."""
+    return error.message.split(": ", 1)[-1].splitlines()[0]
+
 
 # What the page links to, the ids it has (where links may point), and its images that
 # did not decode (a broken data: URI, or an animation whose script never set its frame).

@@ -10,7 +10,7 @@ import re
 import nbformat
 
 from course import browser_check
-from course.chromium import Browser
+from course.browser_check import Browser
 from course.slides import to_slides
 
 
