@@ -26,8 +26,8 @@ what several lessons reuse).
   text); `versions`: a line that needs a newer PyTorch says so.
 - `replicas`: how far apart the ranks' copies of a tensor are (02); `traffic`: the
   bytes handed to `all_reduce` (02's DDP options).
-- `cost_model`, `at_scale`, `cost_plots`, `ring_stepper`: the alpha-beta model, its
-  predictions at 8 to 1,024 GPUs, their figures, the interactive ring (01_theory).
+- `ring_stepper`: the interactive ring (01_theory; the alpha-beta model of its part 2
+  lives in the lesson's folder, since no other lesson uses it).
 - `crash_injection`: failures on purpose, once per job (03, 05); `preemption`:
   stopping when the cluster asks (03 part 3, 04, 05).
 - `hangs`: look inside a hung job from outside (04, part 2); `parts`: a part of a

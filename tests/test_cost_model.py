@@ -1,7 +1,8 @@
-"""The alpha-beta cost model (`common.cost_model`) and its predictions at scale
-(`common.at_scale`): each formula against what it models (the ring simulation's
-messages, DDP's own bucketing, lesson 05's GPT), the fit against data made from known
-alpha and beta, and the step timeline on cases worked out by hand."""
+"""The alpha-beta cost model (`01_theory/cost_model.py`), its checks, and its
+predictions at scale (`at_scale.py`, `published.py`): each formula against what it
+models (the ring simulation's messages, DDP's own bucketing, lesson 05's GPT, NCCL's
+tuning), the fit against data made from known alpha and beta, the checks against data
+made from wrong cost models, and the step timeline on cases worked out by hand."""
 
 import random
 
@@ -10,19 +11,18 @@ import torch
 import torch.distributed as dist
 from conftest import lesson_module
 
-from common import at_scale, cost_model
-from common.cost_model import (
-    Link,
-    assign_buckets,
-    fit_alpha_beta,
-    reduce_broadcast_seconds,
-    relative_errors,
-    ring_seconds,
-    step_timeline,
-    tree_seconds,
-    two_level_seconds,
-)
 from common.ring_sim import simulate_reduce_then_broadcast, simulate_ring_all_reduce
+
+cost_model = lesson_module("01_theory", "cost_model")
+at_scale = lesson_module("01_theory", "at_scale")
+published = lesson_module("01_theory", "published")
+machine_load = lesson_module("01_theory", "machine_load")
+Link = cost_model.Link
+assign_buckets, fit_alpha_beta = cost_model.assign_buckets, cost_model.fit_alpha_beta
+reduce_broadcast_seconds = cost_model.reduce_broadcast_seconds
+relative_errors, ring_seconds = cost_model.relative_errors, cost_model.ring_seconds
+step_timeline, tree_seconds = cost_model.step_timeline, cost_model.tree_seconds
+two_level_seconds = cost_model.two_level_seconds
 
 LINK = Link(alpha=1e-4, bandwidth=1e9)
 
@@ -159,6 +159,83 @@ def test_the_timeline_starts_each_bucket_when_ready_and_after_the_previous():
     assert free.step == free.compute == 4.75
 
 
+# The on-machine checks, fed data made from cost models: the ring's must pass, every
+# wrong one must fail one check at least. alpha and bandwidth as gloo's on a laptop.
+TRUTH = Link(alpha=2e-4, bandwidth=1.5e9)
+SIZES = [4**k * 2**12 for k in range(8)]  # 4 KB to 64 MB, the benchmark's sizes
+
+
+def made_by(cost, noise: float = 0.05, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"bytes": n, "world_size": w, "t": cost(n, w) * (1 + rng.uniform(-noise, noise))}
+            for w in (2, 4) for n in SIZES]  # fmt: skip
+
+
+def all_checks(rows: list[dict]) -> dict[str, bool]:
+    return {
+        "sizes": cost_model.check_held_out_sizes(rows, "t").passed,
+        "world size": cost_model.check_world_size(rows, "t").passed,
+    }
+
+
+WRONG_MODELS = {
+    "reduce then broadcast": (lambda n, w: reduce_broadcast_seconds(n, w, TRUTH), "world size"),
+    "tree": (lambda n, w: tree_seconds(n, w, TRUTH), "world size"),
+    "constant in the world size": (lambda n, w: ring_seconds(n, 2, TRUTH), "world size"),
+    "constant time": (lambda n, w: 5e-3, "sizes"),
+}
+
+
+def test_the_checks_pass_the_ring_s_own_data():
+    for seed in range(5):
+        assert all_checks(made_by(lambda n, w: ring_seconds(n, w, TRUTH), seed=seed)) == {
+            "sizes": True,
+            "world size": True,
+        }
+
+
+@pytest.mark.parametrize("name", WRONG_MODELS)
+def test_the_checks_fail_data_made_by_a_wrong_cost_model(name):
+    cost, caught_by = WRONG_MODELS[name]
+    for seed in range(5):
+        assert not all_checks(made_by(cost, seed=seed))[caught_by], name
+
+
+def step_rows(all_reduce_factor: float, seed: int = 0) -> list[dict]:
+    """ddp_step_times.py's rows for a world of 2, 8 layers of 2.3 MB, the step made by
+    the no-overlap model with all-reduces `all_reduce_factor` times the ring's."""
+    rng = random.Random(seed)
+    sizes = [4 * (768 * 768 + 768)] * 8
+    rows = []
+    for cap, buckets in ((1, [[7], [6], [5], [4], [3], [2], [1], [0]]), (25, [list(range(8))])):
+        compute = {"forward": 0.015, "backward": 0.03, "optimizer": 0.002, "step": 0.047}
+        row = {"world_size": 2, "bucket_cap_mb": cap, "sizes": sizes, "buckets": buckets,
+               "ready": [0.03 - 0.003 * i for i in range(8)], "compute": compute}  # fmt: skip
+        step = compute["step"]
+        if all_reduce_factor:
+            slower = Link(TRUTH.alpha * all_reduce_factor, TRUTH.bandwidth / all_reduce_factor)
+            step = cost_model.predict_measured_step(row, slower, overlap=False).step
+        rows.append(row | {"step": step * (1 + rng.uniform(-0.05, 0.05))})
+    return rows
+
+
+def test_the_step_check_passes_the_model_s_own_steps_and_fails_others():
+    for seed in range(5):
+        assert cost_model.check_steps(step_rows(1.0, seed), TRUTH, False, 0.0).passed
+        # No communication at all: the null model explains them, the model cannot win.
+        assert not cost_model.check_steps(step_rows(0.0, seed), TRUTH, False, 0.0).passed
+        # All-reduces three times the ring's (reduce then broadcast, 4 ranks, bandwidth).
+        assert not cost_model.check_steps(step_rows(3.0, seed), TRUTH, False, 0.0).passed
+
+
+def test_quiet_means_other_programs_left_the_cores_alone():
+    record = machine_load.LoadRecord()
+    record.runs = [("a", 0.5, 0.05), ("b", 2.5, 0.1)]
+    assert record.quiet  # the load average counts our own processes: not what decides
+    record.runs.append(("c", 0.1, 1.0))
+    assert not record.quiet and record.busiest == 1.0 and "busy" in record.table()
+
+
 def test_the_gpt_shapes_count_as_lesson_05_s_model():
     model_py = lesson_module("05_mingpt", "model")
     efficiency = lesson_module("05_mingpt", "efficiency")
@@ -172,39 +249,120 @@ def test_the_gpt_shapes_count_as_lesson_05_s_model():
         assert gpt.flops_per_token == efficiency.model_flops_per_token(model, gpt.context)
         block = sum(p.numel() for p in model.blocks[0].parameters())
         assert gpt.layer_parameters == block
-        _, sizes = at_scale.gradient_arrivals(gpt, 1.0)
+        ready, sizes = at_scale.gradient_arrivals(gpt, 1.0)
         assert sum(sizes) == 4 * gpt.parameters
+        assert ready == sorted(ready) and ready[-1] == 1.0
+
+
+def test_the_tied_output_layer_runs_first_and_readies_nothing():
+    gpt = at_scale.GPT_125M
+    assert gpt.output_layer_share == pytest.approx(0.27, abs=0.005)
+    ready, sizes = at_scale.gradient_arrivals(gpt, 1.0)
+    # Its backward is the output layer's share of the backward's FLOPs (the two differ by
+    # the biases and norms, which the FLOP count leaves out); only the final norm is ready.
+    assert ready[0] == pytest.approx(gpt.output_layer_share, rel=0.01)
+    assert sizes[0] == 4 * 2 * gpt.width
+    assert sizes[-1] == 4 * (gpt.vocabulary + gpt.context) * gpt.width and ready[-1] == 1.0
+
+
+def test_nccl_s_choice_is_the_default_and_picks_the_tree_at_1024_gpus():
+    ib = at_scale.H100_INFINIBAND
+    assert at_scale.nccl_choice(25 * 2**20, 1024, ib)[0] == "tree"
+    assert at_scale.nccl_choice(25 * 2**20, 8, ib)[0] == "ring"  # one machine: bandwidth wins
+    gpt = at_scale.GPT_125M
+    default = at_scale.predict(gpt, 1024, ib, 8)[1]
+    assert default == at_scale.predict(gpt, 1024, ib, 8, algorithm="NCCL's choice")[1]
+    assert default > at_scale.predict(gpt, 1024, ib, 8, algorithm="ring")[1] + 0.5
+
+
+def test_nccl_s_latencies_are_its_tuning_table_s():
+    # NCCL's own sum at 128 machines x 8 GPUs, Simple protocol: the ring 8.4 + 1792 x 3.4
+    # + 254 x 14 microseconds, the tree 8.4 + 2 x (7 x 4.0 + 7 x 14).
+    ib = at_scale.H100_INFINIBAND
+    ring_latency = at_scale.ring_seconds(0, 1024, ib)
+    tree_latency = at_scale.tree_seconds(0, 1024, ib)
+    assert ring_latency == pytest.approx((8.4 + 1792 * 3.4 + 254 * 14) * 1e-6)
+    assert tree_latency == pytest.approx((8.4 + 2 * (7 * 4.0 + 7 * 14)) * 1e-6)
+
+
+def test_the_flat_ring_s_bandwidth_term_uses_every_card_of_a_machine():
+    n, gpus = 2**30, 64
+    eight = at_scale.H100_INFINIBAND
+    one = at_scale.Cluster("one card", 8, 450e9, 1, 50e9, 1e15, 0.4)
+    bandwidth = at_scale.ring_seconds(n, gpus, eight) - at_scale.ring_seconds(0, gpus, eight)
+    assert bandwidth == pytest.approx(2 * (gpus - 1) / gpus * n / (8 * 50e9))
+    alone = at_scale.ring_seconds(n, gpus, one) - at_scale.ring_seconds(0, gpus, one)
+    assert alone == pytest.approx(8 * bandwidth)
+    measured = at_scale.Cluster("yours", 8, 450e9, 8, 50e9, 1e15, 0.4, measured_busbw=3e11)
+    assert at_scale.ring_seconds(n, gpus, measured) - at_scale.ring_seconds(0, gpus, measured) == (
+        pytest.approx(2 * (gpus - 1) / gpus * n / 3e11)
+    )
 
 
 def test_predictions_move_the_way_the_model_says():
-    ib, ethernet = at_scale.NETWORKS.values()
+    ib, ethernet = at_scale.CLUSTERS
     gpt = at_scale.GPT_125M
     for gpus in at_scale.gpu_counts():
-        fast = at_scale.predict(gpt, gpus, ib)[1]
-        slow = at_scale.predict(gpt, gpus, ethernet)[1]
-        accumulated = at_scale.predict(gpt, gpus, ethernet, accumulation=8)[1]
+        fast = at_scale.predict(gpt, gpus, ib, 8)[1]
+        slow = at_scale.predict(gpt, gpus, ethernet, 8)[1]
+        accumulated = at_scale.predict(gpt, gpus, ethernet, 8, accumulation=8)[1]
         assert 0 < slow <= fast <= 1
         assert slow < accumulated <= 1
     # Inside one machine the all-reduce almost hides (the embeddings' gradients come
-    # last: their bucket cannot); across Ethernet it cannot.
-    inside = at_scale.predict(gpt, 8, ethernet)[0]
+    # last: their bucket cannot); across one Ethernet card per machine it cannot.
+    inside = at_scale.predict(gpt, 8, ethernet, 8)[0]
     assert 0 < inside.exposed_communication < 0.05 * inside.step
-    assert at_scale.predict(gpt, 64, ethernet)[1] < 0.5
+    assert at_scale.predict(gpt, 64, ethernet, 8)[1] < 0.5
     # Latency: at 1,024 GPUs small buckets cost what big ones do not.
-    small = at_scale.predict(gpt, 1024, ib, bucket_cap_mb=1)[1]
-    assert small < at_scale.predict(gpt, 1024, ib, bucket_cap_mb=25)[1] - 0.2
+    small = at_scale.predict(gpt, 1024, ib, 8, bucket_cap_mb=1)[1]
+    assert small < at_scale.predict(gpt, 1024, ib, 8, bucket_cap_mb=25)[1] - 0.2
+
+
+def test_a_fixed_global_batch_collapses_at_hundreds_of_gpus():
+    gpt, ib = at_scale.GPT_125M, at_scale.H100_INFINIBAND
+    half_million = 2**19  # GPT-3's batch for its 125M model, in tokens
+    assert at_scale.strong_scaling(gpt, 8, ib, half_million) > 0.95
+    assert at_scale.strong_scaling(gpt, 512, ib, half_million) < 0.5
+    assert at_scale.strong_scaling(gpt, 1024, ib, half_million) is None  # 512 sequences
+    # The same GPUs with the batch per GPU fixed: nothing collapses.
+    assert at_scale.predict(gpt, 512, ib, 8)[1] > 0.9
+
+
+def test_resnet50_s_tensors_are_torchvision_s():
+    tensors = published.resnet50_tensors()
+    assert len(tensors) == 161
+    assert sum(published.numel(shape) for shape, _ in tensors) == 25_557_032
+    assert tensors[0][0] == (64, 3, 7, 7) and tensors[-2][0] == (1000, 2048)
+    # About 4.1 billion multiply-adds per 224 x 224 image, as ResNet-50's are counted.
+    assert sum(flops for _, flops in tensors) / 2 == pytest.approx(4.09e9, rel=0.01)
 
 
 def test_the_published_comparison_reads_the_model_not_the_figures():
-    # The model's ResNet-50 step grows with GPUs only by the communication it exposes.
-    one, sixteen = at_scale.resnet50_step(1), at_scale.resnet50_step(16)
-    assert one.step == at_scale.PUBLISHED["1 GPU, no DDP"]
-    assert sixteen.step == pytest.approx(one.step + sixteen.exposed_communication)
-    assert 0 < sixteen.exposed_communication < 0.01 * one.step
+    per_bucket = published.fitted_per_bucket()
+    assert per_bucket > 0
+    small = published.resnet50_step(16, 1, per_bucket=per_bucket)[1]
+    big = published.resnet50_step(16, 25, per_bucket=per_bucket)[1]
+    assert big / small - 1 == pytest.approx(published.PUBLISHED_CAP_1_AT_16)
+
+    # The step grows from 8 to 16 GPUs by the communication it exposes: with overlap,
+    # little; without, the whole all-reduce across two machines.
+    def growth(overlap):
+        steps = [published.resnet50_step(g, overlap=overlap)[1] for g in (8, 16)]
+        return steps[1] / steps[0] - 1
+
+    assert 0 <= growth(True) < 0.01 < growth(False)
+    one = published.resnet50_step(1)[0]
+    assert one.step == published.PUBLISHED["1 GPU, no DDP"]
 
 
-def test_each_measurement_keeps_its_quickest_round():
-    first = [{"world_size": 2, "bytes": 8, "t": 3.0}, {"world_size": 2, "bytes": 64, "t": 1.0}]
-    second = [{"world_size": 2, "bytes": 8, "t": 2.0}, {"world_size": 2, "bytes": 64, "t": 5.0}]
-    kept = cost_model.quickest_rows(first + second, same=("world_size", "bytes"), seconds_key="t")
-    assert kept == [second[0], first[1]]  # in the order first measured, each its quickest
+def test_interpolating_between_two_fitted_worlds_cannot_tell_a_ring():
+    """Why the world-size check extrapolates: fitted on 2 and 4 processes, the ring's
+    formula predicts 3 processes' times made by a tree, or with no dependence on the
+    world size, within the bound: between two fitted worlds every line is close."""
+    for name in ("tree", "constant in the world size"):
+        cost = WRONG_MODELS[name][0]
+        rows = [{"bytes": n, "world_size": w, "t": cost(n, w)} for w in (2, 3, 4) for n in SIZES]
+        link = fit_alpha_beta([r for r in rows if r["world_size"] != 3], "t")
+        big = [r for r in rows if r["world_size"] == 3 and r["bytes"] >= 2**20]
+        errors = sorted(abs(e) for e in relative_errors(big, "t", link))
+        assert errors[len(errors) // 2] < cost_model.BOUND, name

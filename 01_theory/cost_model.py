@@ -1,8 +1,9 @@
 """What a collective and a DDP step cost, by the latency-bandwidth (alpha-beta) model.
 
-Introduced in 01_theory, part 2 (`01_theory_at_scale.ipynb`), which fits the model to
-this machine's measurements, checks it against runs it was not fitted on, and then
-uses it with datasheet figures for machines the course cannot run on.
+Lesson 01, part 2 (`01_theory_at_scale.ipynb`) fits the model to this machine's
+measurements, checks it against runs it was not fitted on (the `check_*` functions
+below, each against a null model it must beat), and then uses it with datasheet
+figures for machines the course cannot run on (`at_scale.py`).
 
 Sending a message of n bytes costs `alpha + n * beta`: alpha is the fixed cost of any
 message (software, latency of the link), beta the seconds per byte (1 / bandwidth).
@@ -14,11 +15,13 @@ A collective is a sequence of such messages, so its cost is a sum of them:
   root: 2(N-1) (alpha + n beta): the root's link carries everything;
 - a pipelined binary tree, reduce up then broadcast down, the tensor streamed through
   in small pieces: 2 ceil(log2 N) alpha + 2 n beta: log N steps of latency instead of
-  the ring's N, for about the ring's bytes (the kind of tree NCCL uses at scale; its
-  two trees side by side are left out here);
+  the ring's N, for about the ring's bytes, 2n per rank. One binary tree does not get
+  there: an inner rank sends n up and n to each of its two children, 3n. NCCL's double
+  binary tree does: two trees, each carrying half the tensor, every rank inner in at
+  most one of them, so no rank sends more than 2n (`at_scale` uses it across machines);
 - two-level: a ring inside each machine (fast links) to reduce-scatter, rings across
-  machines on each rank's 1/G share (one network card per GPU assumed), then a ring
-  inside each machine to all-gather.
+  machines on each rank's 1/G share, then a ring inside each machine to all-gather
+  (Horovod's hierarchical all-reduce; NCCL itself runs flat rings and trees).
 
 A DDP step is compute plus the all-reduces of its gradient buckets; a bucket's
 all-reduce starts once its last gradient is ready and the previous bucket's is done
@@ -34,8 +37,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Link:
-    """A network link in the model: latency per message (seconds) and bandwidth
-    (bytes per second, in one direction)."""
+    """A link: latency per message (seconds), bandwidth (bytes per second, one way)."""
 
     alpha: float
     bandwidth: float
@@ -60,8 +62,7 @@ def reduce_broadcast_seconds(nbytes: float, world_size: int, link: Link) -> floa
 
 
 def tree_seconds(nbytes: float, world_size: int, link: Link) -> float:
-    """Reduce up a binary tree and broadcast down it, pipelined: the latency of
-    2 ceil(log2 N) hops, and each link carries the n bytes once up and once down."""
+    """Reduce up a tree and broadcast down it, pipelined: 2 ceil(log2 N) hops, 2n bytes."""
     if world_size == 1:
         return 0.0
     return 2 * math.ceil(math.log2(world_size)) * link.alpha + 2 * nbytes * link.beta
@@ -79,11 +80,9 @@ def two_level_seconds(
 
 def quickest_rows(rows: list[dict], same: tuple[str, ...], seconds_key: str) -> list[dict]:
     """Of the rows that measured the same thing (equal in every field of `same`), the one
-    with the smallest `seconds_key`, in the order each thing was first measured.
-
-    A busy spell on a shared machine lasts longer than one benchmark run: measuring in
-    rounds seconds apart and keeping each measurement's quickest round drops most of it.
-    """
+    with the smallest `seconds_key`, in the order each thing was first measured: the
+    minimum, as within a run, so that one estimator serves all-reduces and steps alike.
+    A busy spell can outlast one run; rounds seconds apart drop most of it."""
     quickest = {}
     for row in rows:
         key = tuple(row[field] for field in same)
@@ -116,10 +115,7 @@ def fit_alpha_beta(rows: list[dict], seconds_key: str) -> Link:
 
 def relative_errors(rows: list[dict], seconds_key: str, link: Link) -> list[float]:
     """(predicted - measured) / measured for each row, by the ring formula."""
-    return [
-        (ring_seconds(r["bytes"], r["world_size"], link) - r[seconds_key]) / r[seconds_key]
-        for r in rows
-    ]
+    return [ring_seconds(r["bytes"], r["world_size"], link) / r[seconds_key] - 1 for r in rows]
 
 
 def assign_buckets(sizes: list[int], cap_bytes: int, first_cap_bytes: int) -> list[list[int]]:
@@ -217,3 +213,87 @@ def copy_cost(row: dict) -> float:
     """Seconds per gradient byte that DDP adds in a world of 1 (bucket copies, hooks):
     the synchronized step minus the step with the all-reduces off."""
     return max(0.0, row["step"] - row["compute"]["step"]) / sum(row["sizes"])
+
+
+# The checks. Each compares the model with runs it was not fitted on, and with a null
+# model (a guess that knows nothing of how a ring works) that it must beat: an error
+# within the bound proves little if a constant would have done as well.
+BOUND = 0.25  # median relative error allowed, on a quiet machine
+NULL_MARGIN = 0.5  # the model's error may be at most half the null model's
+BANDWIDTH_REGIME = 2**20  # from 1 MB up, a message's time is mostly bandwidth
+
+
+@dataclass
+class Check:
+    """What a check found: the model's and the null model's median relative error."""
+
+    name: str
+    model_error: float
+    null_name: str
+    null_error: float
+    bound: float = BOUND
+
+    @property
+    def passed(self) -> bool:
+        return self.model_error <= self.bound and self.model_error <= NULL_MARGIN * self.null_error
+
+    def line(self) -> str:
+        verdict = "passes" if self.passed else "fails"
+        return (
+            f"{self.name}: model {self.model_error:.0%} off, {self.null_name} "
+            f"{self.null_error:.0%} off; {verdict} (bound {self.bound:.0%}, and at most "
+            f"{NULL_MARGIN:.0%} of the null model's error)"
+        )
+
+
+def median_error(predicted: list[float], measured: list[float]) -> float:
+    return float(np.median([abs(p / m - 1) for p, m in zip(predicted, measured, strict=True)]))
+
+
+def check_held_out_sizes(rows: list[dict], seconds_key: str, fit_up_to: int = 4 * 2**20) -> Check:
+    """Fit alpha and beta on the sizes up to `fit_up_to`, predict the larger ones.
+    Null model: constant time, each world's largest fitted size's time."""
+    fitted = [r for r in rows if r["bytes"] <= fit_up_to]
+    held_out = [r for r in rows if r["bytes"] > fit_up_to]
+    link = fit_alpha_beta(fitted, seconds_key)
+    largest = {r["world_size"]: r for r in sorted(fitted, key=lambda r: r["bytes"])}
+    measured = [r[seconds_key] for r in held_out]
+    return Check(
+        f"sizes above {fit_up_to / 2**20:g} MB, fitted below",
+        median_error([ring_seconds(r["bytes"], r["world_size"], link) for r in held_out], measured),
+        "constant time",
+        median_error([largest[r["world_size"]][seconds_key] for r in held_out], measured),
+    )
+
+
+def check_world_size(rows: list[dict], seconds_key: str, fitted_world: int = 2,
+                     predicted_world: int = 4) -> Check:  # fmt: skip
+    """Fit alpha and beta on one world size, predict a larger one from 1 MB up, where
+    the ring's 2(N-1)/N tells it from other schedules. Null model: the time does not
+    depend on the world size (the fitted world's time at the same size)."""
+    link = fit_alpha_beta([r for r in rows if r["world_size"] == fitted_world], seconds_key)
+    same = {r["bytes"]: r for r in rows if r["world_size"] == fitted_world}
+    held_out = [r for r in rows if r["world_size"] == predicted_world
+                and r["bytes"] >= BANDWIDTH_REGIME and r["bytes"] in same]  # fmt: skip
+    measured = [r[seconds_key] for r in held_out]
+    predicted = [ring_seconds(r["bytes"], predicted_world, link) for r in held_out]
+    return Check(
+        f"world size {predicted_world}, fitted on {fitted_world}",
+        median_error(predicted, measured),
+        "no dependence on the world size",
+        median_error([same[r["bytes"]][seconds_key] for r in held_out], measured),
+    )
+
+
+def check_steps(rows: list[dict], link: Link, overlap: bool, copy_seconds_per_byte: float) -> Check:
+    """The step model against measured DDP steps (worlds of 2 and more). Null model: no
+    communication, the step is the compute measured with the all-reduces off."""
+    rows = [r for r in rows if r["world_size"] > 1]
+    measured = [r["step"] for r in rows]
+    predicted = [predict_measured_step(r, link, overlap, copy_seconds_per_byte).step for r in rows]
+    return Check(
+        f"DDP steps, {'overlap' if overlap else 'no overlap'}",
+        median_error(predicted, measured),
+        "no communication",
+        median_error([r["compute"]["step"] for r in rows], measured),
+    )
