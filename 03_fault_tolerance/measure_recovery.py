@@ -35,8 +35,6 @@ from common.snapshot import save_atomic
 
 LAUNCH = "python measure_recovery.py [--repeats 1]"
 SCRIPT = Path(__file__).resolve().parent / "multigpu_torchrun.py"
-# Each restarted group gets a store of its own (see the notebook: a torchrun bug).
-FRESH_STORE_PER_ATTEMPT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 # The work-lost runs are killed in this epoch: late enough that every save_every up to
 # it has written a snapshot before (else the restart starts from scratch).
 CRASH_EPOCH = 19
@@ -54,7 +52,7 @@ def crash_run(
         f"--monitor-interval={monitor_interval} {SCRIPT} {epochs} {save_every} "
         f"--snapshot_path {folder / 'snapshot.pt'}"
     )
-    run = start(command, cwd=folder, env=FRESH_STORE_PER_ATTEMPT, quiet=True)
+    run = start(command, cwd=folder, quiet=True)
     events = {}
     try:
         run.wait_for(r"epoch 1 \| world", timeout=300)

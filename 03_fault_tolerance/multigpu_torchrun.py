@@ -12,12 +12,10 @@ like any process: part 3 adds the stop, in `multigpu_preemptible.py`.)
 Launch it (from any folder, with the path to this file):
 
     torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 \\
-        --max-restarts=3 multigpu_torchrun.py 20 5
+    torchrun --standalone --nproc_per_node=2 --max-restarts=3 multigpu_torchrun.py 20 5
 
 Kill a worker of the second one (`kill -9 <its pid>`, as the out-of-memory killer
-would), and torchrun restarts the group. (The variable works around a torchrun bug that
-can make restarted workers hang; see the notebook.)
+would), and torchrun restarts the group.
 
 `--batch_size` (default 32) is per process. It writes `snapshot.pt` to the current
 folder (`--snapshot_path` to change it) and resumes from it when it is there: delete
@@ -46,6 +44,7 @@ from common.distributed import (
     log,
     log0,
     require_torchrun,
+    store_of_this_attempt,
     world_on_this_machine,
 )
 from common.models import regression_model
@@ -75,9 +74,13 @@ def ddp_setup() -> torch.device:
         device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
     else:
         device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
-    # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
     dist.init_process_group(
         backend=backend,
+        # torchrun's store (MASTER_ADDR, MASTER_PORT), under a prefix of this attempt's
+        # own: the keys of a restarted group's dead workers are not read by mistake.
+        store=store_of_this_attempt(LAUNCH),
+        rank=global_rank,
+        world_size=world_size,
         # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
         # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
         device_id=device if device.type == "cuda" else None,

@@ -39,6 +39,7 @@ from common.distributed import (
     log,
     log0,
     require_torchrun,
+    store_of_this_attempt,
     world_on_this_machine,
 )
 from common.models import regression_model
@@ -72,9 +73,13 @@ def ddp_setup() -> tuple[torch.device, int]:
         device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
     else:
         device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
-    # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
     dist.init_process_group(
         backend=backend,
+        # torchrun's store (MASTER_ADDR, MASTER_PORT), under a prefix of this attempt's
+        # own: the keys of a restarted group's dead workers are not read by mistake.
+        store=store_of_this_attempt(LAUNCH),
+        rank=global_rank,
+        world_size=world_size,
         # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
         # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
         device_id=device if device.type == "cuda" else None,

@@ -59,11 +59,11 @@ def device_for(local_rank: int) -> torch.device:
     """The device this process trains on. Each process on a machine owns one GPU,
     chosen by its *local* rank; on CPU every process uses the CPU.
 
-    Stands for (03_fault_tolerance/multigpu_torchrun.py writes it out):
-    `torch.cuda.set_device(local_rank); device = torch.device("cuda", local_rank)` on a
-    GPU machine, else `torch.device("cpu")`. Without `set_device` every process of a
-    machine would put its CUDA context and nccl's buffers on GPU 0. Before that, it
-    stops with one line where the GPUs cannot go round (`check_gpus_go_round`)."""
+    On a GPU machine: `torch.cuda.set_device(local_rank)`, then
+    `torch.device("cuda", local_rank)`, else `torch.device("cpu")`. Without `set_device`
+    every process of a machine would put its CUDA context and nccl's buffers on GPU 0.
+    Before that, it stops with one line where the GPUs cannot go round
+    (`check_gpus_go_round`)."""
     if device_type() == "cuda":
         check_gpus_go_round(local_rank)
         torch.cuda.set_device(local_rank)
@@ -132,6 +132,38 @@ def torchrun_env(launch_hint: str) -> tuple[int, int, int]:
     return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
+def store_of_this_attempt(launch_hint: str) -> dist.Store:
+    """The store where the workers of this attempt of a torchrun job meet: give it to
+    `init_process_group(store=..., rank=..., world_size=...)`. It is the store that
+    init_process_group would find by itself at MASTER_ADDR:MASTER_PORT
+    (`dist.rendezvous("env://")`), with every key under a prefix of this attempt's own,
+    `attempt<TORCHELASTIC_RESTART_COUNT>/`.
+
+    Why: torchrun's agent lends its workers a store that it keeps for every restart
+    (TORCHELASTIC_USE_AGENT_STORE=True in their environment, unless
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1). The keys the dead workers wrote are still in
+    it, gloo's addresses among them, and a restarted worker can read a dead worker's
+    address, dial it, and fail or hang (lesson 03, `stale_address.py`). Under a prefix
+    per attempt every attempt's keys are new. One agent counts every restart of its
+    workers; agents on several nodes each count only the restarts that their own
+    workers' failures caused (lesson 04), so their workers could choose different
+    prefixes and never meet. Such a job, if it may restart, needs a store of each
+    attempt's own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, the c10d rendezvous), and stops
+    here in one line without it."""
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    agents = int(os.environ.get("GROUP_WORLD_SIZE", "1"))
+    may_restart = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0
+    if shared and agents > 1 and may_restart:
+        sys.exit(
+            f"{Path(sys.argv[0]).name}: restarts of a job of {agents} torchrun agents need "
+            "a store of each attempt's own; launch it as: "
+            f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 {launch_hint}"
+        )
+    store, _, _ = next(dist.rendezvous("env://"))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"attempt{attempt}", store)  # keys "attempt<N>/..."
+
+
 def job_store(wait: float = 60.0) -> dist.TCPStore:
     """A client of the store that init_process_group uses (MASTER_ADDR:MASTER_PORT),
     whose waits give up after `wait` seconds: the second TCPStore of torchrun's rank-0
@@ -180,6 +212,17 @@ def gloo_over_loopback() -> None:
     interface = loopback_interface()
     if interface and "GLOO_SOCKET_IFNAME" not in os.environ:
         os.environ["GLOO_SOCKET_IFNAME"] = interface
+
+
+def spawned_on_one_machine(world_size: int) -> None:
+    """What a process that `mp.spawn` started (lesson 02) needs before it joins the
+    group, where torchrun would have set it up: gloo over loopback (`gloo_over_loopback`),
+    and on the CPU its share of the cores. torchrun gives every worker OMP_NUM_THREADS=1;
+    mp.spawn lets every process use every core, and N processes each running N threads
+    would fight over them."""
+    gloo_over_loopback()
+    if device_type() == "cpu":
+        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
 
 
 def current_rank() -> int:

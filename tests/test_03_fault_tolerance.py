@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 import torch
+import torch.distributed as dist
 from conftest import PYTHON, REPO
 
 from common.ports import free_port
@@ -22,9 +23,9 @@ KEYS = {
 }
 
 
-def one_worker(tmp_path, *arguments, script=SCRIPT):
+def one_worker(tmp_path, *arguments, script=SCRIPT, env=None):
     """The script as the one worker of a world of one, with the environment torchrun
-    would give it (cheaper than starting torchrun's agent too)."""
+    would give it (cheaper than starting torchrun's agent too), and `env`."""
     environment = {
         **os.environ,
         "RANK": "0",
@@ -32,9 +33,15 @@ def one_worker(tmp_path, *arguments, script=SCRIPT):
         "WORLD_SIZE": "1",
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
+        **(env or {}),
     }
     return subprocess.run(
-        [PYTHON, script, *arguments], capture_output=True, text=True, cwd=tmp_path, env=environment
+        [PYTHON, script, *arguments],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=environment,
+        timeout=120,  # a worker waiting for a store that nobody starts fails the test
     )
 
 
@@ -73,6 +80,40 @@ def test_a_bad_snapshot_gets_one_line_naming_the_file(make, message, script, tmp
     assert lines[1].startswith("[rank0] ") and said in lines[1]
     assert "Traceback" not in result.stderr  # no pickle traceback
     assert path.read_bytes() == before  # and the file is left for the learner to inspect
+
+
+@pytest.mark.parametrize("script", [SCRIPT, PREEMPTIBLE], ids=["part1", "part3"])
+def test_restarts_of_several_agents_on_the_shared_store_are_refused_in_one_line(tmp_path, script):
+    """Agents of several nodes each count their own restarts, so a prefix per count could
+    split the workers: with torchrun's shared store and restarts possible, the worker
+    stops at once with the fix, before it joins anything (no store listens here)."""
+    torchrun_sets = {  # what a worker of agent 2 of 2 sees, sharing stores, with restarts
+        "GROUP_WORLD_SIZE": "2",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_MAX_RESTARTS": "3",
+    }
+    result = one_worker(tmp_path, "2", "1", script=script, env=torchrun_sets)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1:] == [
+        f"{script.name}: restarts of a job of 2 torchrun agents need a store of each "
+        "attempt's own; launch it as: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun "
+        f"--standalone --nproc_per_node=2 {script.name} 20 5"
+    ], result.stderr
+    # With a store of each attempt's own (worker rank 0 starts it), or without restarts
+    # (the official series' command; the agent's store, here this test's), it trains.
+    port = free_port()
+    agent_store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    for fixed in (
+        {"TORCHELASTIC_USE_AGENT_STORE": "False"},
+        {"TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": str(port)},
+    ):
+        result = one_worker(tmp_path, "1", "1", script=script, env=torchrun_sets | fixed)
+        assert result.returncode == 0, result.stdout + result.stderr
+    # Rank 0's address, as gloo publishes it (stale_address.py), under the attempt's prefix.
+    published = agent_store
+    for prefix in ("attempt0", "0/", "cpu/", "0"):
+        published = dist.PrefixStore(prefix, published)
+    assert published.check(["0"])
 
 
 def test_a_snapshot_path_under_a_file_is_refused_in_one_line_before_training(tmp_path):

@@ -181,14 +181,13 @@ def test_a_stop_heard_by_one_rank_resumes_with_the_weights_of_a_run_without_one(
 
 def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path):
     script = "03_fault_tolerance/multigpu_torchrun.py"
-    fresh_store = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # see the 03 notebook
     torchrun(script, "8 2 --snapshot_path clean.pt", tmp_path)
     job = start(
         f"torchrun --standalone --nproc_per_node={PROCESSES} --max-restarts=1 "
         f"{REPO / script} 8 2 --snapshot_path restarted.pt",
         cwd=tmp_path,
         quiet=True,
-        env=ENVIRONMENT | fresh_store,
+        env=ENVIRONMENT,
     )
     job.wait_for(r"^\[rank0\] epoch 2 \|", timeout=120)
     job.kill_worker(PROCESSES - 1)  # from outside, wherever it is by then: epoch 3 or later
