@@ -61,10 +61,10 @@ def deep_model(layers: int, width: int) -> nn.Sequential:
     return nn.Sequential(*blocks)
 
 
-def watch_one_backward(model, cap_mb, device, batch, iterations):
-    """Wrap `model` in DDP with `bucket_cap_mb=cap_mb` (None: DDP's default), train a
-    few steps, and return the events of the first and of the last backward pass."""
-    ddp_model = DDP(model, bucket_cap_mb=cap_mb)
+def record_buckets(ddp_model) -> list[dict]:
+    """Hook `ddp_model` so that every backward pass appends its events to the list
+    returned: when each gradient was ready, and when each bucket's all-reduce was
+    launched and when it completed."""
     names = {parameter: name for name, parameter in ddp_model.module.named_parameters()}
     events: list[dict] = []
     world_size = dist.get_world_size()
@@ -97,6 +97,14 @@ def watch_one_backward(model, cap_mb, device, batch, iterations):
         return future.then(finished)
 
     ddp_model.register_comm_hook(state=None, hook=recording_all_reduce)
+    return events
+
+
+def watch_one_backward(model, cap_mb, device, batch, iterations):
+    """Wrap `model` in DDP with `bucket_cap_mb=cap_mb` (None: DDP's default), train a
+    few steps, and return the events of the first and of the last backward pass."""
+    ddp_model = DDP(model, bucket_cap_mb=cap_mb)
+    events = record_buckets(ddp_model)
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=1e-3)
     inputs = torch.randn(batch, model[0].in_features, device=device)
     # DDP rebuilds its buckets after the first iteration, in the order the gradients

@@ -73,6 +73,7 @@ LAUNCHES = [
     Launch("ddp_replicas", "01_theory/ddp_replicas.py", ("--epochs", "1")),
     Launch("ddp_buckets", "01_theory/ddp_buckets.py", ("--caps", "1", "--iterations", "2")),
     Launch("sampler_indices", "01_theory/sampler_indices.py"),
+    Launch("ddp_profile", "01_theory/ddp_profile.py", ("--out", "traces", "--steps", "1")),
     Launch("ddp_step_times", "01_theory/ddp_step_times.py", ("--caps", "1", "--steps", "1")),
     Launch("single_gpu", "02_multigpu/single_gpu.py", ("1", "1"), launcher="python"),
     Launch("multigpu", "02_multigpu/multigpu.py", ("1", "1"), launcher="spawn"),
