@@ -10,7 +10,7 @@
 matrix products a GPU computes in TF32, as the trainer sets it: precision.py; no
 validation in between; a batch of `--batch_size` sequences per process) once with 1
 process and once with 2, each process using one thread, and compares their tokens
-per second and MFU; it alternates the two `--repeats` times and prints every ratio
+per second; it alternates the two `--repeats` times and prints every ratio
 and the median. `classroom` runs the notebook's classroom settings for
 `--epochs` epochs (about 3 minutes on 2 cores) and prints the validation loss
 reached after 1, 2 and 3 minutes of training. `split` trains 10 steps of a global
@@ -40,7 +40,7 @@ LAUNCH = "python benchmark.py throughput"
 
 HERE = Path(__file__).resolve().parent
 MAIN = HERE / "main.py"
-CLASSROOM = "trainer.amp=off trainer.eval_every=25"
+CLASSROOM = "trainer.amp=fp32 trainer.eval_every=25"
 
 # Why these settings. A first measurement with the classroom's 32 sequences per step,
 # 60 steps all timed, gave 1.41x (12,113 vs 17,100 tokens/s). Where the time goes,
@@ -82,7 +82,7 @@ CLASSROOM = "trainer.amp=off trainer.eval_every=25"
 #   both; the median ratio is the result.
 WARMUP_STEPS = 5
 SETTINGS = (
-    "trainer.amp=off trainer.eval_every=100000 trainer.sample_chars=0 "
+    "trainer.amp=fp32 trainer.eval_every=100000 trainer.sample_chars=0 "
     f"trainer.max_epochs=1000 trainer.log_every={WARMUP_STEPS}"
 )
 
@@ -105,10 +105,9 @@ def tokens_per_second(nproc: int, steps: int, batch_size: int, block_size: int) 
     first, last = train[0], train[-1]
     tokens = (last["step"] - first["step"]) * batch_size * nproc * block_size
     seconds = last["seconds"] - first["seconds"]
-    mfu = statistics.mean(r["mfu"] for r in train[1:])
     print(
-        f"{nproc} process(es), 1 thread each: {tokens / seconds:,.0f} tokens/s, MFU "
-        f"{mfu:.0%} (steps {first['step']}-{last['step']} in {seconds:.1f} s)",
+        f"{nproc} process(es), 1 thread each: {tokens / seconds:,.0f} tokens/s "
+        f"(steps {first['step']}-{last['step']} in {seconds:.1f} s)",
         flush=True,
     )
     return tokens / seconds
@@ -116,7 +115,7 @@ def tokens_per_second(nproc: int, steps: int, batch_size: int, block_size: int) 
 
 def throughput(steps: int, batch_size: int, repeats: int, device: str) -> None:
     block_size = load_config(HERE / "train_cfg.yaml", []).data.block_size
-    # trainer.amp=off is float32, but on a GPU the trainer lets matrix products use TF32.
+    # trainer.amp=fp32 is float32, but on a GPU the trainer lets matrix products use TF32.
     precision = "float32 (TF32 matrix products)" if device == "cuda" else "float32"
     print(
         f"{steps} steps of {batch_size} sequences of {block_size} characters per process, "
@@ -174,7 +173,7 @@ def split() -> None:
     for nproc, micro_batches in ((1, 4), (4, 1)):
         with tempfile.TemporaryDirectory() as folder:
             run(
-                f"torchrun --standalone --nproc_per_node={nproc} {MAIN} trainer.amp=off "
+                f"torchrun --standalone --nproc_per_node={nproc} {MAIN} trainer.amp=fp32 "
                 "trainer.global_batch_size=128 trainer.batch_size=32 trainer.max_steps=10 "
                 "optimizer.warmup_steps=5 trainer.sample_chars=0 trainer.log_every=10",
                 cwd=folder,

@@ -21,6 +21,7 @@ other text than a world of 2.) Validation windows are fixed and do not overlap.
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch.utils.data import Dataset
@@ -115,10 +116,15 @@ class FixedWindows(Dataset):
         return window[:-1], window[1:]
 
 
-def build_datasets(
-    path: str | None, block_size: int, val_fraction: float, seed: int
-) -> tuple[Vocabulary, RandomWindows, FixedWindows, str]:
-    """(the text's vocabulary, the training windows, the validation windows, the source)."""
+class TextData(NamedTuple):
+    vocabulary: Vocabulary
+    train_set: RandomWindows
+    val_set: FixedWindows
+    source: str  # the file, or pydoc_data.topics
+
+
+def build_datasets(path: str | None, block_size: int, val_fraction: float, seed: int) -> TextData:
+    """The text's vocabulary, training windows and validation windows."""
     text, source = load_text(path)
     vocabulary = Vocabulary(text)
     data = torch.tensor([vocabulary.index_of[char] for char in text], dtype=torch.long)
@@ -132,4 +138,4 @@ def build_datasets(
             f"{needed} characters or a smaller data.block_size"
         )
     train = RandomWindows(train_data, block_size, seed)
-    return vocabulary, train, FixedWindows(val_data, block_size), source
+    return TextData(vocabulary, train, FixedWindows(val_data, block_size), source)

@@ -26,16 +26,7 @@ def metrics_line(metrics: dict) -> str:
 
 class Interval:
     """What the steps since the last progress line add up to, and their training time.
-
-    The sums stay on the device, so adding a step to them does not wait for the GPU.
-    The stop agreement (Trainer._all_ranks_agree_to_stop) does, every step: its .item()
-    waits until the GPU has run everything queued before it, the previous step
-    included, so the GPU idles while Python queues the next step. That costs little
-    when a step's GPU work takes far longer than queuing it, and can cost much for a
-    small model on a fast GPU. Agreeing every log_every steps instead (the progress
-    line waits for the GPU there anyway) removes it, at the price of stopping up to
-    log_every steps later: the grace period (Slurm's KillWait, or an early
-    --signal=USR1@seconds) must cover them."""
+    The sums stay on the device, so adding a step to them does not wait for a GPU."""
 
     def __init__(self, device: torch.device):
         self.device = device

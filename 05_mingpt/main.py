@@ -6,23 +6,21 @@ the current folder):
     torchrun --standalone --nproc_per_node=2 main.py
     torchrun --standalone --nproc_per_node=2 main.py trainer.max_epochs=1 model.n_layer=2
     torchrun --standalone --nproc_per_node=2 main.py --data input.txt   # any UTF-8 text
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 \
-        --max-restarts=1 main.py --crash_epoch 1 --crash_step 5
-    torchrun --standalone --nproc_per_node=2 main.py trainer.max_epochs=5 \
-        --resume_with_new_config   # train a finished run longer (a new schedule)
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 \\
+        --max-restarts=1 main.py   # restarted if a worker dies (the variable: lesson 03)
 
 Settings come from train_cfg.yaml beside this file (or --config FILE), then from
-`section.name=value` overrides; rank 0 prints them all. On a cluster, the same
-script runs under Slurm: see slurm/sbatch_run.sh.
+`section.name=value` overrides (config.py); rank 0 prints them all. On a cluster, the
+same script runs under Slurm: see slurm/sbatch_run.sh.
 
-A snapshot in the current folder is resumed, if it was trained with the same
-settings (model, data shape, optimizer, global batch, schedule, seed) and precision;
-others are refused in one line, unless --resume_with_new_config. A finished run says
-so. A resume in the middle of an epoch reaches its step by drawing the epoch's batches
-from the start and dropping those already trained on (the sampler has no way to start
-mid-epoch): no forward or backward pass for them, but every one is still read and
-collated, which costs next to nothing for this text and up to an epoch's data loading
-for data that is decoded or read from disk.
+A snapshot in the current folder is resumed if it was trained with the same settings,
+else refused in one line (snapshots.py); a finished run says so. When a worker dies
+(the notebook kills one from outside, as the out-of-memory killer would), torchrun
+restarts the group (it needs --max-restarts) and training resumes from the last
+snapshot, mid-epoch if need be (trainer.py): on a CPU it ends with the weights of a run
+that never crashed, bit for bit (tests/test_05_training.py); on a GPU only within a
+tolerance, since some CUDA kernels, the embedding's backward among them (see
+`torch.use_deterministic_algorithms`), add in an order that changes from run to run.
 
 A stop request (a Slurm time limit, a preemption: lesson 03, part 3) stops every rank
 at the same step: the snapshot of that step is saved, and the workers exit with 75
@@ -30,19 +28,6 @@ at the same step: the snapshot of that step is saved, and the workers exit with 
 torchrun, SIGTERM is passed on to every worker (it is among torchrun's default
 `--signals-to-handle`), but SIGUSR1 kills torchrun itself, unless torchrun was started
 with `--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1` (common/preemption.py).
-The next launch in the same folder resumes the run: on a CPU it ends with the weights
-of a run never stopped, bit for bit (tests/test_05_training.py); on a GPU only within
-a tolerance, since some CUDA kernels, the embedding's backward among them (see
-`torch.use_deterministic_algorithms`), add in an order that changes from run to run.
-
-`--crash_epoch E --crash_step S [--crash_rank R]` (as in lesson 03, counted from 0)
-kills rank R hard at step S of epoch E, in the job's first attempt only (on any node:
-lesson 04's rule, common/crash_injection.py): torchrun restarts
-the group (it needs --max-restarts) and training resumes from the last snapshot,
-ending with the same weights as a run that never crashed. The variable gives every
-attempt a fresh store for the workers: by default torchrun keeps one across restarts,
-and a restarted worker may read a dead worker's address, then meet its peer, be
-refused, or wait with it until the timeout (lesson 03 shows all three).
 """
 
 import os
@@ -54,19 +39,20 @@ import torch.distributed as dist
 from char_dataset import DataError, build_datasets
 from config import ConfigError, describe, load_config
 from model import GPT, GPTShape
-from resume import ResumeMismatch
 from schedule import count_steps, micro_batching
+from torch.distributed.elastic.multiprocessing.errors import record
 from trainer import Trainer
 
 from common.cli import LessonArgumentParser
-from common.crash_injection import add_crash_arguments, crash_plan, restarts_of_the_job
 from common.distributed import (
-    backend_for,
+    check_gpus_go_round,
     current_rank,
-    device_for,
+    device_type,
     end_process,
+    gloo_over_loopback,
     log0,
-    torchrun_env,
+    require_torchrun,
+    world_on_this_machine,
 )
 from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
 from common.snapshot import SnapshotError
@@ -75,26 +61,45 @@ LAUNCH = "torchrun --standalone --nproc_per_node=2 main.py"
 HERE = Path(__file__).resolve().parent
 
 
+def ddp_setup() -> torch.device:
+    """Join the process group at the address torchrun chose, as the rank it gave us."""
+    require_torchrun(LAUNCH)  # started some other way: one line saying how, then exit
+    # torchrun tells every worker its place in the job through environment variables.
+    local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
+    if world_on_this_machine():  # one agent, or a store at 127.0.0.1
+        gloo_over_loopback()  # so gloo does not depend on the machine's name
+    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
+        # Process i of a machine owns GPU i: one line and exit if there are too few.
+        check_gpus_go_round(local_rank)
+        # Without set_device every process would put its CUDA context and nccl's
+        # buffers on GPU 0.
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
+    else:
+        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
+    # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
+    dist.init_process_group(  # DDP:
+        backend=backend,
+        # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
+        # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
+        device_id=device if device.type == "cuda" else None,
+    )
+    return device
+
+
 def parse_arguments():
     parser = LessonArgumentParser(description=__doc__.splitlines()[0], launch_hint=LAUNCH)
     parser.add_argument("overrides", nargs="*", help="settings as section.name=value")
     parser.add_argument("--config", default=str(HERE / "train_cfg.yaml"), help="a YAML file")
     parser.add_argument("--data", help="a UTF-8 text file (default: pydoc_data.topics)")
-    parser.add_argument(
-        "--resume_with_new_config",
-        action="store_true",
-        help="resume a snapshot trained with other settings (e.g. more epochs)",
-    )
-    add_crash_arguments(parser)  # --crash_rank, --crash_epoch, --crash_step, as in lesson 03
     return parser, parser.parse_args()
 
 
-def fail(parser: LessonArgumentParser, message: str, every_rank: bool = False):
-    """One line and exit status 2: from rank 0 only when every rank hits the same error
-    with the same input, from `every_rank` when each has its own. Once the process
-    group exists every rank calls it, and torchrun is asked not to restart: the same
-    input would fail again (lesson 03, part 3)."""
-    if every_rank or current_rank() == 0:
+def fail(parser: LessonArgumentParser, message: str):
+    """One line from rank 0 (every rank hits the same error) and exit status 2. Once
+    the process group exists every rank calls it, and torchrun is asked not to restart:
+    the same input would fail again (lesson 03, part 3)."""
+    if current_rank() == 0:
         sys.stderr.write(parser.error_line(message))
     if dist.is_initialized():
         stop_the_agent()
@@ -104,22 +109,14 @@ def fail(parser: LessonArgumentParser, message: str, every_rank: bool = False):
     raise SystemExit(2)
 
 
-def build_model(config, vocab_size: int, global_rank: int, device: torch.device):
+def build_model(config, vocab_size: int, device: torch.device):
     """The GPT of the config and its AdamW optimizer."""
     # The same seed on every rank builds the same initial weights (DDP would broadcast
     # rank 0's anyway); then each rank gets a random stream of its own for dropout.
     torch.manual_seed(config.trainer.seed)
-    shape = GPTShape(
-        vocab_size=vocab_size,
-        block_size=config.data.block_size,
-        n_layer=config.model.n_layer,
-        n_head=config.model.n_head,
-        n_embd=config.model.n_embd,
-        dropout=config.model.dropout,
-        tie_weights=config.model.tie_weights,
-    )
-    model = GPT(shape)
-    torch.manual_seed(config.trainer.seed + global_rank)
+    model = GPT(GPTShape(vocab_size=vocab_size, block_size=config.data.block_size,
+                         **vars(config.model)))  # fmt: skip
+    torch.manual_seed(config.trainer.seed + dist.get_rank())
     opt = config.optimizer
     # On a GPU, one fused kernel updates every parameter (fewer launches than a loop
     # over tensors). On a CPU PyTorch's default, a loop over tensors, is kept.
@@ -141,90 +138,58 @@ def sample(model, vocabulary, settings, device: torch.device) -> str:
     return vocabulary.decode(out[0])
 
 
+# Whatever a worker raises, @record writes it to a file that torchrun reads, so
+# torchrun's failure report shows the worker's own error and traceback.
+@record
 def main() -> int:
     stop = StopRequest()  # first: a stop asked for while the job starts is noted, not fatal
     parser, args = parse_arguments()
-    try:
+    try:  # every check that needs no process group, before one forms
         config = load_config(args.config, args.overrides)
         if args.data is not None:
             config.data.path = args.data
-        vocabulary, train_set, val_set, source = build_datasets(
-            config.data.path,
-            config.data.block_size,
-            config.data.val_fraction,
-            config.trainer.seed,
-        )
-        vocabulary.encode(config.trainer.sample_prompt)  # fails now, not after the training
-        count_steps(config, len(train_set))  # a schedule that cannot run, too
+        data = build_datasets(config.data.path, config.data.block_size,
+                              config.data.val_fraction, config.trainer.seed)  # fmt: skip
+        data.vocabulary.encode(config.trainer.sample_prompt)  # fails now, not after training
+        count_steps(config, len(data.train_set))  # a schedule that cannot run, too
+        micro_batching(config, int(os.environ.get("WORLD_SIZE", "1")))
     except (ConfigError, DataError) as error:
         fail(parser, str(error))
-    local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
-    try:
-        micro_batching(config, world_size)  # before any process group forms
-    except ConfigError as error:
-        fail(parser, str(error))
-    crash_at = crash_plan(args)
 
-    device = device_for(local_rank)
-    dist.init_process_group(
-        backend=backend_for(device.type),
-        device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
-    )
-    if crash_at is not None and restarts_of_the_job(device) > 0:
-        crash_at = None  # the failure is injected once per job (lesson 04), not per attempt
+    device = ddp_setup()
     for line in describe(config):
         log0(f"config {line}")
     log0(
-        f"data: {source}, {vocabulary.vocab_size} distinct characters; {len(train_set)} "
-        f"training windows per epoch and {len(val_set)} validation windows of "
-        f"{config.data.block_size}; world of {world_size} on {device.type} ({dist.get_backend()})"
+        f"data: {data.source}, {data.vocabulary.vocab_size} distinct characters; "
+        f"{len(data.train_set)} training windows per epoch and {len(data.val_set)} validation "
+        f"windows of {config.data.block_size}; world of {dist.get_world_size()} on "
+        f"{device.type} ({dist.get_backend()})"
     )
-
-    model, optimizer = build_model(config, vocabulary.vocab_size, global_rank, device)
+    model, optimizer = build_model(config, data.vocabulary.vocab_size, device)
     tied = " (output layer tied to the token embedding)" if model.shape.tie_weights else ""
     log0(f"model: {sum(p.numel() for p in model.parameters()):,} parameters{tied}")
     try:
-        trainer = Trainer(
-            config, model, optimizer, vocabulary, train_set, val_set, device,
-            local_rank, global_rank, world_size, crash_at, args.resume_with_new_config, stop,
-        )  # fmt: skip
-    except ResumeMismatch as error:
-        fail(parser, str(error), every_rank=True)
-    except (ConfigError, SnapshotError) as error:
+        trainer = Trainer(config, model, optimizer, data, device, stop)
+    except SnapshotError as error:
         fail(parser, str(error))
     if trainer.finished:
         log0(
-            f"{trainer.files.latest} holds a finished run ({trainer.step} of "
-            f"{trainer.total_steps} steps): delete it (or set trainer.snapshot_path) to "
-            "train again, or raise trainer.max_epochs (or trainer.max_steps) and add "
-            "--resume_with_new_config"
+            f"{trainer.snapshot_path} holds a finished run ({trainer.step} of "
+            f"{trainer.total_steps} steps): delete it, or set another "
+            "trainer.snapshot_path, to train again"
         )
         dist.destroy_process_group()
         return 0
-    if crash_at and not (
-        0 <= crash_at[0] < world_size
-        and 0 <= crash_at[1] < config.trainer.max_epochs
-        and 0 <= crash_at[2] < trainer.steps_per_epoch
-        and crash_at[1] * trainer.steps_per_epoch + crash_at[2] < trainer.total_steps
-    ):
-        # A crash that never happens would let a demonstration pass for the wrong reason.
-        fail(
-            parser,
-            f"--crash_rank {crash_at[0]} --crash_epoch {crash_at[1]} --crash_step {crash_at[2]} "
-            f"never happens: ranks are 0 to {world_size - 1}, epochs 0 to "
-            f"{config.trainer.max_epochs - 1}, steps 0 to {trainer.steps_per_epoch - 1}, "
-            f"{trainer.total_steps} steps in all",
-        )
     if not trainer.train():
         dist.destroy_process_group()
         return RESUMABLE_EXIT_CODE  # 75: stopped at a saved step, resume me
 
-    if global_rank == 0 and config.trainer.sample_chars:
-        text = sample(trainer.raw_model, vocabulary, config.trainer, device)
+    if dist.get_rank() == 0 and config.trainer.sample_chars:
+        text = sample(trainer.raw_model, data.vocabulary, config.trainer, device)
         log0("sample:")
         for line in text.splitlines():
             log0(f"| {line}")
-    dist.destroy_process_group()
+    dist.destroy_process_group()  # DDP:
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         log0(f"finished after {os.environ['TORCHELASTIC_RESTART_COUNT']} restart(s)")
     return 0

@@ -1,72 +1,92 @@
-"""Lesson 05: the snapshot files a run keeps: the latest, the newest few, and the best.
+"""Lesson 05: which snapshot a run resumes from, and what a resume must refuse.
 
 Used by `trainer.py` (see main.py's docstring for the commands that launch the lesson).
 
-- `snapshot.pt` (trainer.snapshot_path) is always the latest: the one a resume reads.
-  Each save writes a new file beside it and renames it over the old one
-  (`common.snapshot.save_atomic`), so a crash mid-save leaves the previous snapshot.
-- With `trainer.keep_snapshots=K`, the newest K saves are also kept as
-  `snapshot.step0000120.pt`: a run that went wrong (a loss spike, a bad data shard)
-  can be resumed from before it. They are hard links to the latest file (no second
-  write of the same bytes), or copies where the filesystem has no links.
-- `snapshot.best.pt` is the state at the lowest validation loss so far: the model a
-  run that trained on past its best would hand over.
-
-Only global rank 0 writes (the others call too, and return): the folder must be one
-every rank reads when a run resumes on several machines (lesson 04 keeps a copy per
-node instead).
+- Global rank 0 alone writes the snapshot (`Trainer._save`), atomically: a new file
+  renamed over the old one (`common.snapshot.save_atomic`), so a crash mid-save leaves
+  the previous snapshot.
+- At start-up every rank reads the snapshot it sees, and all agree on the newest that
+  any of them sees, which that rank sends to the others: lesson 04's rule
+  (snapshot_placement.py). On one machine every rank reads the same file; on nodes
+  whose folders are not shared, a node that sees no snapshot resumes from the one that
+  rank 0 wrote on its own node, instead of training from scratch beside it.
+- A snapshot trained with other settings, on another text or in another precision is
+  refused in one line: resumed, it would not crash but silently train another run.
 """
 
-import os
-import shutil
+import json
 from pathlib import Path
 
-from common.distributed import log
-from common.snapshot import save_atomic
+import torch
+import torch.distributed as dist
+
+from common.distributed import log0
+from common.snapshot import SnapshotError, load, prepare_folder
+
+SNAPSHOT_KEYS = ("model", "optimizer", "scaler", "step", "epochs_run", "rng", "chars",
+                 "settings", "seconds")  # fmt: skip
 
 
-class SnapshotFiles:
-    def __init__(self, latest: str | os.PathLike, keep: int, rank: int):
-        self.latest, self.keep, self.rank = Path(latest), keep, rank
-        self.best = self._beside(".best")
-
-    def _beside(self, tag: str) -> Path:
-        return self.latest.with_name(f"{self.latest.stem}{tag}{self.latest.suffix}")
-
-    def tagged(self, step: int) -> Path:
-        return self._beside(f".step{step:07d}")
-
-    def kept(self) -> list[Path]:
-        """The step-tagged snapshots on disk, oldest first."""
-        pattern = f"{self.latest.stem}.step*{self.latest.suffix}"
-        return sorted(self.latest.parent.glob(pattern))
-
-    def save(self, state: dict, step: int) -> None:
-        """Write `state` as the latest snapshot; keep it tagged with its step if asked."""
-        if self.rank != 0:
-            return
-        save_atomic(state, self.latest)
-        log(f"step {step}: snapshot saved to {self.latest}")
-        if not self.keep:
-            return
-        _link_or_copy(self.latest, self.tagged(step))
-        for old in self.kept()[: -self.keep]:
-            old.unlink()
-
-    def save_best(self, state: dict, step: int, val_loss: float) -> None:
-        if self.rank != 0:
-            return
-        save_atomic(state, self.best)
-        log(f"step {step}: validation loss {val_loss:.4f}, the lowest yet: saved to {self.best}")
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    """`target` holds `source`'s bytes, atomically: a link (or copy) under a temporary
-    name, renamed."""
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.link.tmp")
-    temporary.unlink(missing_ok=True)
+def newest_snapshot(path: Path, device: torch.device) -> dict | None:
+    """The newest snapshot that any rank sees at `path`, the same on every rank; None
+    when no rank sees one. A collective: every rank calls it. A file that a rank cannot
+    read stops every rank (SnapshotError): resuming without it could lose training."""
+    state, problem = None, None
     try:
-        os.link(source, temporary)
-    except OSError:  # a filesystem without hard links
-        shutil.copyfile(source, temporary)
-    os.replace(temporary, target)
+        prepare_folder(path)  # a path that cannot hold one: said now, not at the first save
+        if path.exists():  # on the CPU: it may be sent to other ranks
+            state = load(path, SNAPSHOT_KEYS, map_location="cpu")
+    except SnapshotError as error:
+        problem = str(error)
+    reports = [None] * dist.get_world_size()
+    dist.all_gather_object(reports, (state["step"] if state else -1, problem))
+    problems = {rank: problem for rank, (_, problem) in enumerate(reports) if problem}
+    if problems:
+        rank, problem = next(iter(problems.items()))
+        alike = len(problems) == len(reports) and len(set(problems.values())) == 1
+        raise SnapshotError(problem if alike else f"rank {rank}: {problem}")
+    steps = [step for step, _ in reports]
+    source = steps.index(max(steps))
+    seen = ", ".join(f"rank {r}: {f'step {s}' if s >= 0 else 'none'}" for r, s in enumerate(steps))
+    if steps[source] < 0:
+        return None
+    log0(f"snapshots seen: {seen}; every rank resumes from rank {source}'s")
+    sent = [state]
+    dist.broadcast_object_list(sent, src=source, device=device)
+    return sent[0]
+
+
+def check_snapshot(state: dict, chars: str, settings: dict, path: Path) -> None:
+    """SnapshotError, in one line, if `state` was trained on another text or with other
+    settings than `settings`."""
+    if state["chars"] != chars:
+        raise SnapshotError(
+            f"snapshot {path} was trained on another text (its characters differ); delete "
+            "it to start from scratch, or train on its text"
+        )
+    saved = state["settings"]
+    changes = [f"{k}={saved.get(k)!r} -> {v!r}" for k, v in settings.items() if saved.get(k) != v]
+    if changes:
+        listed = ", ".join(changes[:3]) + (f" and {len(changes) - 3} more" if changes[3:] else "")
+        raise SnapshotError(
+            f"snapshot {path} was trained with other settings ({listed}); resume with its "
+            "settings, or delete it to start from scratch"
+        )
+
+
+def keep_metrics_up_to(path: Path, step: int | None) -> None:
+    """Drop the metrics rows written after the snapshot at `step`: the resumed run
+    writes them again, and a plot would show those steps twice. `None`, a fresh run:
+    drop them all (an old run's rows would mix with the new one's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if step is None or not path.exists():
+        path.write_text("")
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            pass  # a line cut short by a crash, or not ours
+    path.write_text("".join(kept))

@@ -1,10 +1,9 @@
-"""Lesson 05 under torchrun: a run that crashes mid-epoch, or is asked to stop by a
-signal to one worker, and resumes from a mid-epoch snapshot ends with exactly the
-weights of a run that never stopped, and a metrics file without repeated rows; the
-validation loss is the mean over every rank's shard; a
-snapshot of other settings, of another model, or of ranks that disagree is refused in
-one line; a global batch that does not divide among the processes is refused; and the
-speed on each progress line is training time only (validation excluded)."""
+"""Lesson 05 under torchrun: a run whose worker is killed from outside, or asked to stop
+by a signal, mid-epoch, ends with exactly the weights of a run that never stopped, and
+no repeated metrics rows; the validation loss is the mean over every rank's shard; a
+snapshot of other settings, or a global batch that does not divide among the
+processes, is refused in one line; a node that sees no snapshot resumes from the one
+another node sees; and tokens/s count training time only (validation excluded)."""
 
 import json
 import math
@@ -87,27 +86,35 @@ def straight_run(tmp_path_factory):
     return folder / "straight", train(folder / "straight", text), text
 
 
-def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, tmp_path):
+def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight_run, tmp_path):
+    """Rank 1 is SIGKILLed from outside, as the out-of-memory killer would, once rank 0
+    has printed a step of the second epoch past its first snapshot there (the ranks step
+    together: every step all-reduces). Wherever the kill lands, the restarted group
+    resumes from the last snapshot saved and ends with the uninterrupted run's weights."""
     straight_folder, straight, text = straight_run
-    crashed = train(
-        tmp_path / "crashed",
-        text,
-        "--crash_rank 1 --crash_epoch 1 --crash_step 17",
-        "--max-restarts=1",
+    (tmp_path / "crashed").mkdir()
+    job = start(
+        f"torchrun --standalone --nproc_per_node=2 --max-restarts=1 {MAIN} --data {text} {TINY}",
+        cwd=tmp_path / "crashed",
         env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},  # a fresh store per attempt
+        quiet=True,
     )
+    # The first progress line (every 10 steps) after a snapshot of the second epoch.
+    line_step = (STEPS_PER_EPOCH + SAVE_EVERY_STEPS) // 10 * 10 + 10
+    assert line_step < 2 * STEPS_PER_EPOCH - SAVE_EVERY_STEPS  # room before the end
+    job.wait_for(rf"^\[rank0\] epoch 2/2 step {line_step}/{2 * STEPS_PER_EPOCH} ", timeout=300)
+    job.kill_worker(rank=1)
+    crashed = job.wait(timeout=300)
 
-    assert re.search(
-        r"\[rank1\] injected failure: pid \d+ kills itself at epoch 1 step 17", crashed
+    resumed = re.findall(
+        r"\[rank(\d)\] resuming from snapshot snapshot.pt: 1 epochs, (\d+) steps", crashed
     )
-    assert crashed.count("injected failure") == 1  # once: not again after the restart
-    # Step 17 of epoch 1, and the last snapshot before it (one every 10 steps).
-    crash_step = STEPS_PER_EPOCH + 17
-    last_save = crash_step // SAVE_EVERY_STEPS * SAVE_EVERY_STEPS
+    assert sorted(rank for rank, _ in resumed) == ["0", "1"], crashed
+    last_save = int(resumed[0][1])
+    assert last_save % SAVE_EVERY_STEPS == 0 and last_save >= line_step - SAVE_EVERY_STEPS
     assert last_save > STEPS_PER_EPOCH  # a resume mid-epoch, the case this test is for
-    assert f"resuming from snapshot snapshot.pt: 1 epochs, {last_save} steps done" in crashed
     assert "[rank0] finished after 1 restart(s)" in crashed
-    assert "injected failure" not in straight and "resuming" not in straight
+    assert "resuming" not in straight
 
     final = [
         torch.load(folder / "snapshot.pt") for folder in (straight_folder, tmp_path / "crashed")
@@ -141,7 +148,7 @@ def test_crash_mid_epoch_and_resume_equals_the_uninterrupted_run(straight_run, t
     # compared with the other run's time: that depends on the machine's load.
     train_rows = [r for r in metrics[1] if r["kind"] == "train"]
     seconds = [r["seconds"] for r in train_rows]
-    around = {last_save - SAVE_EVERY_STEPS, last_save, last_save + SAVE_EVERY_STEPS}
+    around = {last_save - SAVE_EVERY_STEPS, last_save, min(last_save + 10, 2 * STEPS_PER_EPOCH)}
     assert seconds == sorted(seconds) and around <= {r["step"] for r in train_rows}
 
     vocabulary, _, val_set, _ = char_dataset.build_datasets(str(text), 32, 0.1, 1337)
@@ -221,9 +228,7 @@ def refused(folder, settings: str, text: str) -> str:
     return refusal(run(command, cwd=folder, quiet=True, expect_failure=True), text)
 
 
-def test_a_snapshot_of_other_settings_or_another_model_is_refused_in_one_line(
-    straight_run, tmp_path
-):
+def test_a_snapshot_of_other_settings_is_refused_in_one_line(straight_run, tmp_path):
     straight_folder, _, text = straight_run
     folder = tmp_path / "run"
     folder.mkdir()
@@ -234,12 +239,7 @@ def test_a_snapshot_of_other_settings_or_another_model_is_refused_in_one_line(
     line = refusal(output, "was trained with other settings")
     lr = config.load_config(LESSON / "train_cfg.yaml", []).optimizer.lr  # the snapshot's
     assert f"(model.n_embd=32 -> 64, optimizer.lr={lr} -> 0.001)" in line
-    assert "or pass --resume_with_new_config" in line
-
-    # Told to go on with new settings, it still cannot load weights of another shape.
-    output = run(command + "model.n_embd=64 --resume_with_new_config", **options)
-    line = refusal(output, "does not fit this model")
-    assert line.startswith("main.py: snapshot snapshot.pt does not fit this model (size")
+    assert "resume with its settings, or delete it to start from scratch" in line
 
 
 def test_a_snapshot_path_under_a_file_is_refused_in_one_line(tmp_path):
@@ -256,9 +256,13 @@ def test_a_global_batch_that_does_not_divide_among_the_processes_is_refused(tmp_
     assert "trainer.global_batch_size=15 does not divide among 2 processes: use a multiple" in line
 
 
-def test_ranks_that_would_resume_from_different_points_each_say_so(straight_run, tmp_path):
+def test_a_node_that_sees_no_snapshot_resumes_from_the_one_another_node_sees(
+    straight_run, tmp_path
+):
     """Two nodes of one process each, with a snapshot path that is not shared: one node
-    finds a snapshot, the other none. Every rank stops with its line."""
+    finds the finished run's snapshot, the other none. As in lesson 04, every rank
+    resumes from the newest any rank sees (a rank training from scratch beside it would
+    be a silently wrong run)."""
     straight_folder, _, text = straight_run
     nodes = [tmp_path / "node_a", tmp_path / "node_b"]
     for node in nodes:
@@ -267,21 +271,21 @@ def test_ranks_that_would_resume_from_different_points_each_say_so(straight_run,
     rendezvous = f"--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:{free_port()} --rdzv_id=05"
     command = f"torchrun --nnodes=2 --nproc_per_node=1 {rendezvous} {MAIN} --data {text} {TINY}"
     jobs = [start(command, cwd=node, quiet=True) for node in nodes]
-    outputs = [job.wait(timeout=300, expect_failure=True) for job in jobs]
-    lines = [line for output in outputs for line in output.splitlines() if "main.py: rank" in line]
-    assert len(lines) == 2, outputs
-    for line in lines:
-        assert "the ranks would resume from different points" in line, line
-        assert f"at step {2 * STEPS_PER_EPOCH}" in line and "from scratch" in line, line
-        assert "must be the same file for every rank" in line, line
-    assert sorted(line.split(":")[1] for line in lines) == [" rank 0", " rank 1"]
+    output = "".join(job.wait(timeout=300) for job in jobs)
+    steps = 2 * STEPS_PER_EPOCH
+    seen = re.search(
+        r"snapshots seen: rank 0: (.*), rank 1: (.*); every rank resumes from rank (\d)'s", output
+    )
+    assert seen and sorted(seen.groups()[:2]) == ["none", f"step {steps}"], output
+    assert seen.group(1 + int(seen.group(3))) == f"step {steps}"  # the rank that sees it
+    for rank in (0, 1):
+        assert f"[rank{rank}] resuming from snapshot snapshot.pt: 2 epochs, {steps} steps" in output
+    assert f"holds a finished run ({steps} of {steps} steps)" in output
 
 
 def test_each_progress_line_counts_its_steps_over_training_time_only(straight_run):
     """tokens/s of an interval = its steps x tokens per step / its training seconds, also
-    when a validation falls inside it (the cumulative `seconds` leaves validation out).
-    Its MFU is a fraction of the peak measured at the start, in bf16 too, which the
-    course's CPU lacks in hardware (a peak timed at 1024 x 1024 alone read 110-190%)."""
+    when a validation falls inside it (the cumulative `seconds` leaves validation out)."""
     folder, _, _ = straight_run
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     train = [record for record in records if record["kind"] == "train"]
@@ -294,4 +298,3 @@ def test_each_progress_line_counts_its_steps_over_training_time_only(straight_ru
         steps, seconds = later["step"] - earlier["step"], later["seconds"] - earlier["seconds"]
         expected = steps * TOKENS_PER_STEP / seconds
         assert later["tokens_per_second"] == pytest.approx(expected, rel=1e-9), (earlier, later)
-    assert all(0 < record["mfu"] < 1 for record in train), train

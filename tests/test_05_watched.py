@@ -21,7 +21,7 @@ def watched_run(rank: int, world_size: int, port: int, folder) -> None:
     and of every pause (validation, snapshot) between them."""
     overrides = ["trainer.global_batch_size=8", "trainer.batch_size=4", "trainer.max_epochs=2",
                  "trainer.log_every=5", "trainer.eval_every=20", "trainer.save_every_steps=6",
-                 "trainer.amp=off"]  # fmt: skip
+                 "trainer.amp=fp32"]  # fmt: skip
     trainer = build(rank, world_size, port, folder, overrides)
     inputs, events = [], []
 
@@ -42,7 +42,7 @@ def watched_run(rank: int, world_size: int, port: int, folder) -> None:
 
     trainer._progress = timed("progress", trainer._progress)
     trainer._validate_and_record = timed("pause", trainer._validate_and_record, SLOW_VALIDATION)
-    trainer.files.save = timed("pause", trainer.files.save)
+    trainer._save_snapshot = timed("pause", trainer._save_snapshot)
     trainer.train()
     torch.save({"inputs": inputs, "events": events, "records": records(folder),
                 "steps_per_epoch": trainer.steps_per_epoch}, folder / "watched.pt")  # fmt: skip

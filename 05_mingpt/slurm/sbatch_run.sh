@@ -27,9 +27,10 @@
 # default) must cover one step and a save.
 #
 # Arguments after the script name go to main.py. Snapshots and metrics are written to
-# the folder you submit from: it must be on a filesystem that every node sees, since
-# global rank 0 alone writes the snapshot and every rank reads it on a restart (lesson
-# 04's multinode.py saves a copy on every node instead, and needs no shared folder).
+# the folder you submit from, by global rank 0 alone; on a restart every rank resumes
+# from the newest snapshot that any rank sees, sent by the rank that sees it (lesson
+# 04's rule). Put the folder on a filesystem every node sees: global rank 0 may land on
+# another node in the next job.
 #
 #SBATCH --job-name=mingpt-ddp
 #SBATCH --nodes=2
