@@ -20,7 +20,7 @@ spec.loader.exec_module(lesson)  # its `if __name__ == "__main__":` part does no
 device = lesson.ddp_setup()
 dataset, model, optimizer = lesson.load_train_objs()
 train_data = lesson.prepare_dataloader(dataset, 8, device)
-trainer = lesson.Trainer(model, train_data, optimizer, device, 1, Path("never_written.pt"), None)
+trainer = lesson.Trainer(model, train_data, optimizer, device, 1, Path("never_written.pt"))
 source, targets = next(iter(train_data))
 # As the lesson's epoch loop moves them.
 source = source.to(device, non_blocking=True)
