@@ -1,19 +1,16 @@
 """Lesson 02: the same training, data parallel over several processes on one machine.
 
 `single_gpu.py` plus distributed data parallel: the script starts one process per
-device itself (`mp.spawn`), the processes meet on 127.0.0.1 at a free port, each
-trains a DDP-wrapped replica of the model on its own shard of every epoch
-(`DistributedSampler`), DDP averages the gradients, and rank 0 alone saves the
-checkpoint. The loss printed at every epoch is averaged over the ranks.
+device (`mp.spawn`), each trains a DDP replica of the model on its own shard of every
+epoch (`DistributedSampler`), DDP averages the gradients, and rank 0 alone saves.
 
 Launch it (from any folder, with the path to this file):
 
     python multigpu.py 20 5                    # 20 epochs, a checkpoint every 5
     python multigpu.py 20 5 --batch_size 32 --world_size 2
 
-`--batch_size` is per process: each step trains on batch_size x world_size samples.
-`--world_size` defaults to the number of GPUs, or 2 on a machine without one. It
-writes `checkpoint.pt` (the model's weights) to the current folder.
+`--batch_size` is per process; `--world_size` defaults to the GPUs, or 2 without one.
+It writes `checkpoint.pt` (the model's weights) to the current folder.
 """
 
 from pathlib import Path
@@ -28,7 +25,13 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
-from common.distributed import device_type, end_process, gloo_over_loopback, log0
+from common.distributed import (
+    device_for,
+    device_type,
+    end_process,
+    log0,
+    spawned_on_one_machine,
+)
 from common.models import regression_model
 from common.ports import free_port
 from common.snapshot import save_atomic
@@ -39,21 +42,12 @@ SHUFFLE_SEED = 0
 
 
 def ddp_setup(global_rank: int, world_size: int, port: int) -> torch.device:
-    """Join the process group: every process meets the others at 127.0.0.1:port."""
-    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
-        # One machine: a process's local rank is its global rank, and process i owns
-        # GPU i. Without set_device every process would put its CUDA context and
-        # nccl's buffers on GPU 0.
-        torch.cuda.set_device(global_rank)
-        device, backend = torch.device("cuda", global_rank), "nccl"  # GPU-to-GPU transfers
-    else:
-        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
-        # mp.spawn, unlike torchrun, lets every process use every core: N processes
-        # each running N threads would fight over the cores. Give each its share.
-        torch.set_num_threads(max(1, torch.get_num_threads() // world_size))
-    gloo_over_loopback()  # one machine: gloo need not look up the machine's name
-    dist.init_process_group(
-        backend=backend,
+    """Join the process group, as the rank this process was given; return its device."""
+    local_rank = global_rank  # DDP: on one machine, a process's local rank is its rank
+    spawned_on_one_machine(world_size)  # gloo over loopback; each its share of the cores
+    device = device_for(local_rank)  # DDP: process i of a machine owns GPU i, or the CPU
+    dist.init_process_group(  # DDP: nccl between GPUs, gloo between CPUs
+        backend=dist.get_default_backend_for_device(device),
         init_method=f"tcp://127.0.0.1:{port}",
         rank=global_rank,
         world_size=world_size,
@@ -79,7 +73,7 @@ class Trainer:
         self.train_data = train_data
         self.optimizer = optimizer
         self.save_every = save_every
-        # Broadcasts rank 0's weights to every rank, then averages the gradients of
+        # DDP: broadcasts rank 0's weights to every rank, then averages the gradients of
         # every backward pass. device_ids names the one device this replica lives on.
         self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
 
@@ -94,7 +88,7 @@ class Trainer:
     def _run_epoch(self, epoch: int) -> None:
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
-        self.train_data.sampler.set_epoch(epoch)
+        self.train_data.sampler.set_epoch(epoch)  # DDP
         total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         for source, targets in self.train_data:
             source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
@@ -103,18 +97,18 @@ class Trainer:
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
         # Each rank saw its own shard; the epoch's loss is the average over all ranks.
-        summed = torch.tensor([total_loss.item() / steps], device=self.device)
-        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-        epoch_loss = summed.item() / dist.get_world_size()
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)  # DDP
+        world_size = dist.get_world_size()
+        epoch_loss = total_loss.item() / (steps * world_size)
         log0(
-            f"epoch {epoch} | batch size {batch_size} per rank | steps {steps} "
-            f"| loss {epoch_loss:.6f}"
+            f"epoch {epoch} | world size {world_size} | batch size {batch_size} per rank "
+            f"| steps {steps} | loss {epoch_loss:.6f}"
         )
 
     def _save_checkpoint(self, epoch: int) -> None:
-        # model.module is the model DDP wraps: its state_dict has the plain names
-        # ("weight"), not "module.weight", so single_gpu.py can load it too.
-        save_atomic(self.model.module.state_dict(), CHECKPOINT_PATH)
+        # model.module is the model DDP wraps: plain names ("weight"), loadable
+        # without DDP, by single_gpu.py too.
+        save_atomic(self.model.module.state_dict(), CHECKPOINT_PATH)  # DDP
         log0(f"epoch {epoch} | checkpoint saved to {CHECKPOINT_PATH.resolve()}")
 
     def train(self, max_epochs: int) -> None:
@@ -123,11 +117,12 @@ class Trainer:
             # After every save_every-th epoch, and after the last one, so the file
             # always ends up holding the trained model.
             if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
-                # Every replica holds the same weights, so one copy is enough. No
+                # Every replica holds the same weights, so one writer is enough. No
                 # collective (all_reduce, barrier, a DDP forward) may sit inside this
-                # branch: rank 0 would wait in it for ranks that never enter it.
-                if self.global_rank == 0:
+                # branch: the writer would wait in it for ranks that never enter it.
+                if self.global_rank == 0:  # DDP
                     self._save_checkpoint(epoch)
+        log0(f"training finished: {max_epochs} epochs")
 
 
 def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
@@ -139,7 +134,7 @@ def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
 
 def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) -> DataLoader:
     # Each rank gets a different 1/world_size of every epoch's shuffled indices.
-    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)
+    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)  # DDP
     return DataLoader(
         dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda"
     )
@@ -158,7 +153,7 @@ def main(
     train_data = prepare_dataloader(dataset, batch_size, device)
     trainer = Trainer(model, train_data, optimizer, device, save_every)
     trainer.train(total_epochs)
-    dist.destroy_process_group()
+    dist.destroy_process_group()  # DDP
     end_process()  # not Python's teardown: see common.distributed.end_process
 
 
@@ -169,25 +164,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--batch_size", type=positive_int, default=32, help="samples per step per process"
     )
-    on_gpus = device_type() == "cuda"
-    parser.add_argument(
-        "--world_size",
-        type=positive_int,
-        default=torch.cuda.device_count() if on_gpus else 2,
-        help="processes to start (default: one per GPU, or 2 without a GPU)",
-    )
+    gpus = torch.cuda.device_count() if device_type() == "cuda" else 0
+    parser.add_argument("--world_size", type=positive_int, default=gpus or 2, help="processes")
     args = parser.parse_args()
-    if on_gpus and args.world_size > torch.cuda.device_count():
-        parser.error(
-            f"--world_size {args.world_size} needs one GPU per process, "
-            f"but this machine has {torch.cuda.device_count()}"
-        )
-    # mp.spawn starts world_size processes running main(i, *args), i = 0 .. world_size-1,
-    # and raises here if any of them fails.
-    world_size = args.world_size
+    if gpus and args.world_size > gpus:
+        parser.error(f"--world_size {args.world_size} needs a GPU per process; there are {gpus}")
+    # DDP: mp.spawn starts world_size processes running main(i, *args), i = 0 ..
+    # world_size - 1, and raises here if any of them fails.
     port = free_port()
-    mp.spawn(
-        main,
-        args=(world_size, port, args.total_epochs, args.save_every, args.batch_size),
-        nprocs=world_size,
-    )
+    spawned = (args.world_size, port, args.total_epochs, args.save_every, args.batch_size)
+    mp.spawn(main, args=spawned, nprocs=args.world_size)  # DDP

@@ -2,8 +2,7 @@
 
 A `Trainer` with a batch step, an epoch loop and a checkpoint every `save_every`
 epochs, on a seeded dataset that a linear model can learn: the loss printed at every
-epoch falls from about 20 to the noise floor (about 0.01). `multigpu.py` is this
-script plus distributed data parallel; the notebook shows the diff.
+epoch falls from about 20 to the noise floor (about 0.01).
 
 Launch it (from any folder, with the path to this file):
 
@@ -21,7 +20,10 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
-from common.distributed import device_for, log
+from common.distributed import (
+    device_for,
+    log0,
+)
 from common.models import regression_model
 from common.snapshot import save_atomic
 
@@ -64,12 +66,16 @@ class Trainer:
             total_loss += self._run_batch(source, targets)
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
-        epoch_loss = total_loss.item() / steps
-        log(f"epoch {epoch} | batch size {batch_size} | steps {steps} | loss {epoch_loss:.6f}")
+        world_size = 1  # one process
+        epoch_loss = total_loss.item() / (steps * world_size)
+        log0(
+            f"epoch {epoch} | world size {world_size} | batch size {batch_size} per rank "
+            f"| steps {steps} | loss {epoch_loss:.6f}"
+        )
 
     def _save_checkpoint(self, epoch: int) -> None:
         save_atomic(self.model.state_dict(), CHECKPOINT_PATH)
-        log(f"epoch {epoch} | checkpoint saved to {CHECKPOINT_PATH.resolve()}")
+        log0(f"epoch {epoch} | checkpoint saved to {CHECKPOINT_PATH.resolve()}")
 
     def train(self, max_epochs: int) -> None:
         for epoch in range(max_epochs):
@@ -78,6 +84,7 @@ class Trainer:
             # always ends up holding the trained model.
             if (epoch + 1) % self.save_every == 0 or epoch + 1 == max_epochs:
                 self._save_checkpoint(epoch)
+        log0(f"training finished: {max_epochs} epochs")
 
 
 def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
@@ -88,15 +95,18 @@ def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
 
 
 def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) -> DataLoader:
-    # The sampler owns its generator: a generator given to the DataLoader would
-    # also be drawn from for worker seeds, shifting the shuffle.
+    # The sampler's own generator (one given to the DataLoader would also seed workers).
     sampler = RandomSampler(dataset, generator=torch.Generator())
     return DataLoader(
         dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda"
     )
 
 
-def main(total_epochs: int, save_every: int, batch_size: int) -> None:
+def main(
+    total_epochs: int,
+    save_every: int,
+    batch_size: int,
+) -> None:
     device = device_for(local_rank=0)
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size, device)
@@ -109,7 +119,7 @@ if __name__ == "__main__":
     parser.add_argument("total_epochs", type=positive_int, help="how many epochs to train")
     parser.add_argument("save_every", type=positive_int, help="save a checkpoint every N epochs")
     parser.add_argument(
-        "--batch_size", type=positive_int, default=32, help="samples per step (default: 32)"
+        "--batch_size", type=positive_int, default=32, help="samples per step per process"
     )
     args = parser.parse_args()
     main(args.total_epochs, args.save_every, args.batch_size)

@@ -1,26 +1,16 @@
 """Lesson 03: the same training, launched by torchrun, surviving crashes.
 
 `multigpu.py` with its launcher taken out and fault tolerance put in: torchrun starts
-the processes and tells each its place (LOCAL_RANK, RANK, WORLD_SIZE, ...); global
-rank 0 saves a snapshot (model, optimizer, epochs finished, random state) atomically
-every `save_every` epochs and at the end; every process that starts finds the
-snapshot and resumes where it left off. When a worker dies, torchrun (given
-`--max-restarts`) stops the others and starts the group again, and training goes on
-where the snapshot left it. (Asked to stop, by a time limit or a preemption, it dies
-like any process: part 3 adds the stop, in `multigpu_preemptible.py`.)
+the processes, rank 0 saves a snapshot every `save_every` epochs, every process that
+starts resumes from it, and torchrun (given `--max-restarts`) restarts a failed group.
 
 Launch it (from any folder, with the path to this file):
 
     torchrun --standalone --nproc_per_node=2 multigpu_torchrun.py 20 5
     torchrun --standalone --nproc_per_node=2 --max-restarts=3 multigpu_torchrun.py 20 5
 
-Kill a worker of the second one (`kill -9 <its pid>`, as the out-of-memory killer
-would), and torchrun restarts the group.
-
-`--batch_size` (default 32) is per process. It writes `snapshot.pt` to the current
-folder (`--snapshot_path` to change it) and resumes from it when it is there: delete
-it to start from scratch. Part 2 runs it as an elastic job, agents joining and leaving
-(`rendezvous_server.py` says how).
+Kill a worker of the second (`kill -9 <pid>`): torchrun restarts the group.
+Options: `--help`. It saves to, and resumes from, `snapshot.pt` in the current folder.
 """
 
 import os
@@ -37,15 +27,12 @@ from torch.utils.data.distributed import DistributedSampler
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import (
-    check_gpus_go_round,
-    device_type,
+    device_for,
     end_process,
-    gloo_over_loopback,
     log,
     log0,
-    require_torchrun,
     store_of_this_attempt,
-    world_on_this_machine,
+    torchrun_env,
 )
 from common.models import regression_model
 from common.random_state import RandomState, gather_random_states, restore_random_state
@@ -57,36 +44,20 @@ SHUFFLE_SEED = 0
 
 
 def ddp_setup() -> torch.device:
-    """Join the process group at the address torchrun chose, as the rank it gave us."""
-    require_torchrun(LAUNCH)  # started some other way: one line saying how, then exit
-    # torchrun tells every worker its place in the job through environment variables.
-    local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
-    global_rank = int(os.environ["RANK"])  # its number in the whole job
-    world_size = int(os.environ["WORLD_SIZE"])
-    if world_on_this_machine():  # one agent, or a store at 127.0.0.1
-        gloo_over_loopback()  # so gloo does not depend on the machine's name
-    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
-        # Process i of a machine owns GPU i: one line and exit if there are too few.
-        check_gpus_go_round(local_rank)
-        # Without set_device every process would put its CUDA context and nccl's
-        # buffers on GPU 0.
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
-    else:
-        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
-    dist.init_process_group(
-        backend=backend,
-        # torchrun's store (MASTER_ADDR, MASTER_PORT), under a prefix of this attempt's
-        # own: the keys of a restarted group's dead workers are not read by mistake.
-        store=store_of_this_attempt(LAUNCH),
+    """Join the process group, as the rank this process was given; return its device."""
+    # DDP: torchrun's LOCAL_RANK, RANK, WORLD_SIZE (without them: one line, and exit)
+    local_rank, global_rank, world_size = torchrun_env(LAUNCH)  # one machine: gloo on loopback
+    device = device_for(local_rank)  # DDP: process i of a machine owns GPU i, or the CPU
+    dist.init_process_group(  # DDP: nccl between GPUs, gloo between CPUs
+        backend=dist.get_default_backend_for_device(device),
+        store=store_of_this_attempt(LAUNCH),  # torchrun's, under this attempt's prefix
         rank=global_rank,
         world_size=world_size,
         # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
         # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
         device_id=device if device.type == "cuda" else None,
     )
-    # Counts the times torchrun restarted the group after a failure (0 on the first run).
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # by this node's torchrun
     log(
         f"pid={os.getpid()} rank={global_rank} local_rank={local_rank} "
         f"world_size={world_size} restart={restart} device={device}"
@@ -116,13 +87,12 @@ class Trainer:
         # Before the DDP wrap, on every rank: each replica resumes from the same state.
         if snapshot_path.exists():
             self._load_snapshot(snapshot_path)
-        # Broadcasts rank 0's weights to every rank, then averages the gradients of
+        # DDP: broadcasts rank 0's weights to every rank, then averages the gradients of
         # every backward pass. device_ids names the one device this replica lives on.
         self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
 
     def _load_snapshot(self, snapshot_path: Path) -> None:
-        # map_location: the tensors go to *this* process's device, whatever device the
-        # saving process had. load() runs no code from the file (weights_only=True).
+        # map_location: onto *this* process's device. load() runs no code from the file.
         snapshot = load(snapshot_path, SNAPSHOT_KEYS, map_location=self.device)
         self.model.load_state_dict(snapshot["model"])
         self.optimizer.load_state_dict(snapshot["optimizer"])  # momentum buffers
@@ -147,7 +117,7 @@ class Trainer:
     def _run_epoch(self, epoch: int) -> None:
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
-        self.train_data.sampler.set_epoch(epoch)
+        self.train_data.sampler.set_epoch(epoch)  # DDP
         total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         for source, targets in self.train_data:
             source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
@@ -156,7 +126,7 @@ class Trainer:
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
         # Each rank saw its own shard; the epoch's loss is the average over all ranks.
-        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)  # DDP
         world_size = dist.get_world_size()
         epoch_loss = total_loss.item() / (steps * world_size)
         log0(
@@ -168,12 +138,11 @@ class Trainer:
         snapshot = {
             # model.module is the model DDP wraps: plain names ("weight"), loadable
             # without DDP and before the wrap.
-            "model": self.model.module.state_dict(),
+            "model": self.model.module.state_dict(),  # DDP
             "optimizer": self.optimizer.state_dict(),
             # The epochs *finished*: a resume starts at the first epoch not trained.
             "epochs_run": epochs_run,
-            # Every rank's random generators, in rank order.
-            "rng_state": random_states,
+            "rng_state": random_states,  # every rank's random generators, in rank order
         }
         # Temporary file, fsync, rename: a crash mid-write leaves the previous snapshot.
         save_atomic(snapshot, self.snapshot_path)
@@ -188,10 +157,10 @@ class Trainer:
                 # The random generators are each rank's own: gather them. A collective,
                 # so every rank calls it, here, outside the branch below.
                 random_states = gather_random_states(self.device)
-                # Every replica holds the same weights, so one copy is enough. No
+                # Every replica holds the same weights, so one writer is enough. No
                 # collective (all_reduce, barrier, a DDP forward) may sit inside this
-                # branch: rank 0 would wait in it for ranks that never enter it.
-                if self.global_rank == 0:
+                # branch: the writer would wait in it for ranks that never enter it.
+                if self.global_rank == 0:  # DDP
                     self._save_snapshot(epoch + 1, random_states)
         log0(f"training finished: {max_epochs} epochs")
 
@@ -199,24 +168,20 @@ class Trainer:
 def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
     train_set = SyntheticRegression(size=2048)
     model = regression_model(seed=0)
-    # Momentum gives the optimizer a state of its own (a running average of the
-    # gradients): a resume that dropped it would not continue the same training.
+    # Momentum: an optimizer state (a running average of the gradients) to resume.
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     return train_set, model, optimizer
 
 
 def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) -> DataLoader:
     # Each rank gets a different 1/world_size of every epoch's shuffled indices.
-    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)
+    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)  # DDP
     return DataLoader(
         dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda"
     )
 
 
-# Whatever a worker raises, @record writes it to a file that torchrun reads, so
-# torchrun's failure report shows the worker's own error and traceback. (Its "Root
-# Cause" is the earliest failure, which need not be the cause: lesson 03.)
-@record
+@record  # torchrun's failure report shows whatever a worker raises, with its traceback
 def main(
     total_epochs: int,
     save_every: int,
@@ -233,7 +198,7 @@ def main(
         dist.destroy_process_group()
         return 1
     trainer.train(total_epochs)
-    dist.destroy_process_group()
+    dist.destroy_process_group()  # DDP
     return 0
 
 
@@ -248,10 +213,5 @@ if __name__ == "__main__":
         "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
     )
     args = parser.parse_args()
-    exit_code = main(
-        args.total_epochs,
-        args.save_every,
-        args.batch_size,
-        args.snapshot_path,
-    )
+    exit_code = main(args.total_epochs, args.save_every, args.batch_size, args.snapshot_path)
     end_process(exit_code)  # not Python's teardown: see common.distributed.end_process

@@ -1,21 +1,19 @@
 """Lesson 04: the same training on several machines ("nodes").
 
-Lesson 03's `multigpu_preemptible.py` made ready for more than one node: torchrun runs
-on every node, and the agents meet at a rendezvous on one of them. Local rank 0 of
-every node saves a snapshot, and at start-up all ranks agree on the newest one that any
-of them sees (`snapshot_placement.py` says why: nodes may or may not share a folder).
+Lesson 03's `multigpu_preemptible.py` made ready for more than one node: local rank 0
+of every node saves a snapshot, and at start-up all ranks agree on the newest one that
+any rank sees (`snapshot_placement.py` says why: nodes may or may not share a folder).
 
-Launch it on each of two nodes (HEAD: the first node's address or name; PORT: a port
-free there), or on Slurm with `sbatch slurm/multinode.sbatch 50 10` (see that file):
+Launch it (from any folder, with the path to this file):
 
     torchrun --nnodes=2 --nproc_per_node=2 --rdzv_backend=c10d \\
         --rdzv_endpoint=HEAD:PORT --rdzv_id=job42 multinode.py 50 10
 
-On one machine, two agents in two terminals play two nodes (HEAD: 127.0.0.1). Its
-arguments, its snapshot and its stop are lesson 03's (`--help` lists the arguments).
+on each node (HEAD: the first node's address, PORT a port free there; on one machine,
+two agents in two terminals, 127.0.0.1), or `sbatch slurm/multinode.sbatch 50 10`.
+Options: `--help`. It saves to, and resumes from, `snapshot.pt` in the current folder.
 """
 
-import itertools
 import os
 import socket
 from pathlib import Path
@@ -32,15 +30,12 @@ from torch.utils.data.distributed import DistributedSampler
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.distributed import (
-    check_gpus_go_round,
-    device_type,
+    device_for,
     end_process,
-    gloo_over_loopback,
     log,
     log0,
-    require_torchrun,
     store_of_this_attempt,
-    world_on_this_machine,
+    torchrun_env,
 )
 from common.models import regression_model
 from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
@@ -55,47 +50,28 @@ SNAPSHOT_KEYS = ("model", "optimizer", "epochs_run", "steps_run", "loss_so_far",
 SHUFFLE_SEED = 0
 
 
-def ddp_setup() -> tuple[torch.device, int]:
-    """Join the process group at the address torchrun chose, as the rank it gave us."""
-    require_torchrun(LAUNCH)  # started some other way: one line saying how, then exit
-    # torchrun tells every worker its place in the job through environment variables.
-    local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
-    global_rank = int(os.environ["RANK"])  # its number in the whole job
-    world_size = int(os.environ["WORLD_SIZE"])
-    if world_on_this_machine():  # one agent, or a store at 127.0.0.1
-        gloo_over_loopback()  # so gloo does not depend on the machine's name
-    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
-        # Process i of a machine owns GPU i: one line and exit if there are too few.
-        check_gpus_go_round(local_rank)
-        # Without set_device every process would put its CUDA context and nccl's
-        # buffers on GPU 0.
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
-    else:
-        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
-    dist.init_process_group(
-        backend=backend,
-        # torchrun's store (MASTER_ADDR, MASTER_PORT), under a prefix of this attempt's
-        # own: the keys of a restarted group's dead workers are not read by mistake.
-        store=store_of_this_attempt(LAUNCH),
+def ddp_setup() -> torch.device:
+    """Join the process group, as the rank this process was given; return its device."""
+    # DDP: torchrun's LOCAL_RANK, RANK, WORLD_SIZE (without them: one line, and exit)
+    local_rank, global_rank, world_size = torchrun_env(LAUNCH)  # one machine: gloo on loopback
+    device = device_for(local_rank)  # DDP: process i of a machine owns GPU i, or the CPU
+    dist.init_process_group(  # DDP: nccl between GPUs, gloo between CPUs
+        backend=dist.get_default_backend_for_device(device),
+        store=store_of_this_attempt(LAUNCH),  # torchrun's, under this attempt's prefix
         rank=global_rank,
         world_size=world_size,
         # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
         # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
         device_id=device if device.type == "cuda" else None,
     )
-    # Counts the times this node's torchrun restarted the group after one of its own
-    # workers failed (0 on the first run; other nodes may count differently).
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    # torchrun numbers the nodes too (GROUP_RANK): c10d sorts the agents by address,
-    # then process id; the static rendezvous takes --node_rank.
-    node_rank = os.environ.get("GROUP_RANK", "0")
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # by this node's torchrun
+    node_rank = os.environ.get("GROUP_RANK", "0")  # torchrun numbers the nodes too
     log(
         f"pid={os.getpid()} host={socket.gethostname()} node={node_rank} "
         f"local_rank={local_rank} rank={global_rank} world_size={world_size} "
         f"restart={restart} device={device}"
     )
-    return device, local_rank
+    return device
 
 
 class Trainer:
@@ -105,7 +81,6 @@ class Trainer:
         train_data: DataLoader,
         optimizer: torch.optim.Optimizer,
         device: torch.device,
-        local_rank: int,
         save_every: int,
         snapshot_path: Path,
         stop: StopRequest,
@@ -117,25 +92,22 @@ class Trainer:
         self.optimizer = optimizer
         self.save_every = save_every
         self.snapshot_path = snapshot_path
-        self.stop = stop  # notes SIGTERM and SIGUSR1 (lesson 03, part 3)
+        self.stop = stop  # notes SIGTERM and SIGUSR1
         self.epochs_run = 0  # epochs finished
         self.steps_run = 0  # and steps of the next one, after a stop in its middle
         self.loss_so_far = 0.0  # that epoch's loss until the stop, summed over the ranks
-        # One writer per node: every node keeps a copy on its own disk; on a folder all
-        # nodes share, each writes the same state to the same file, atomically.
-        self.saves_snapshot = local_rank == 0
-        # Before the DDP wrap, on every rank: all agree on the newest snapshot that any
-        # rank sees, and every replica resumes from that same state.
+        # One writer per node: its local rank 0 (on a shared folder, all write alike).
+        self.saves_snapshot = int(os.environ["LOCAL_RANK"]) == 0
+        # Before the DDP wrap, on every rank: all agree on the newest snapshot any sees.
         resume = newest_snapshot(snapshot_path, SNAPSHOT_KEYS, device)
         if resume is not None:
             self._load_snapshot(resume)
-        # Broadcasts rank 0's weights to every rank, then averages the gradients of
+        # DDP: broadcasts rank 0's weights to every rank, then averages the gradients of
         # every backward pass. device_ids names the one device this replica lives on.
         self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
 
     def _load_snapshot(self, resume: Resume) -> None:
-        # The same state on every rank, on the CPU: load_state_dict copies the tensors
-        # to *this* process's device (the optimizer's state to its parameters' device).
+        # The same state on every rank, on the CPU: load_state_dict moves it to the device.
         snapshot = resume.state
         self.model.load_state_dict(snapshot["model"])
         self.optimizer.load_state_dict(snapshot["optimizer"])  # momentum buffers
@@ -161,42 +133,38 @@ class Trainer:
         return loss.detach()  # not .item(): on a GPU that would wait for every step
 
     def _all_ranks_agree_to_stop(self) -> bool:
-        # Ranks receive a signal at different moments (or only some do): a rank that
-        # stopped alone would leave the others waiting for it in the next all-reduce.
-        # So at every step all ranks share their flag: MAX is 1 if any rank was asked.
-        # On a GPU this costs what the loss's .detach() avoids: .item() waits for the
-        # GPU to finish the step before the next one can be queued (a host sync per
-        # step). Asked every N steps instead, it costs 1/N of that, and the stop comes
-        # up to N steps later: those steps and the save must fit in Slurm's KillWait.
+        # Ranks receive a signal at different moments (or only some do): one that stopped
+        # alone would leave the others waiting in the next all-reduce. So at every step
+        # all share their flag (MAX: 1 if any rank was asked). On a GPU, .item() is a host
+        # sync per step (what the loss's .detach() avoids); asked every N steps it costs
+        # 1/N of that, and the stop comes up to N steps later (within Slurm's KillWait).
         flag = torch.tensor([int(self.stop.received)], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())  # the same answer on every rank, at the same step
 
     def _run_epoch(self, epoch: int) -> bool:
-        """Train one epoch (the rest of it, after a stop); True if asked to stop."""
         # The sampler shuffles with seed + epoch: without set_epoch every epoch would
         # repeat the order of epoch 0.
-        self.train_data.sampler.set_epoch(epoch)
-        resumed = epoch == self.epochs_run  # after a stop mid-epoch: the steps that ran
-        first_step = self.steps_run if resumed else 0
-        # Their loss, summed over the ranks, is carried by rank 0.
-        carried = self.loss_so_far if resumed and self.global_rank == 0 else 0.0
-        total_loss = torch.tensor(carried, dtype=torch.float64, device=self.device)
-        # The order depends only on the seed and the epoch, so skipping the steps that
-        # ran before a stop continues the epoch exactly (they are loaded, not trained).
-        for step, (source, targets) in itertools.islice(
-            enumerate(self.train_data), first_step, None
-        ):
+        self.train_data.sampler.set_epoch(epoch)  # DDP
+        total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        # After a stop in this epoch, its first steps ran: skip them (the order depends
+        # only on the seed and the epoch), and rank 0 carries their summed loss.
+        first_step = self.steps_run if epoch == self.epochs_run else 0
+        if first_step and self.global_rank == 0:
+            total_loss += self.loss_so_far
+        for step, (source, targets) in enumerate(self.train_data):
+            if step < first_step:
+                continue  # loaded, not trained
             if self._all_ranks_agree_to_stop():
                 self._stop_at(epoch, step, total_loss)
-                return True
+                return True  # asked to stop: a snapshot holds where
             source = source.to(self.device, non_blocking=True)  # from pinned memory, on a GPU
             targets = targets.to(self.device, non_blocking=True)
             total_loss += self._run_batch(source, targets)
         steps = len(self.train_data)
         batch_size = self.train_data.batch_size
         # Each rank saw its own shard; the epoch's loss is the average over all ranks.
-        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)
+        dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)  # DDP
         world_size = dist.get_world_size()
         epoch_loss = total_loss.item() / (steps * world_size)
         log0(
@@ -212,29 +180,24 @@ class Trainer:
         dist.all_reduce(total_loss, op=dist.ReduceOp.SUM)  # the resumed epoch adds the rest
         random_states = gather_random_states(self.device)  # a collective: every rank
         if self.saves_snapshot:
-            self._save_snapshot(epoch, step, total_loss.item(), random_states)
-        # No rank exits before the snapshot is on disk: torchrun stops the group as
-        # soon as one worker has exited.
-        dist.barrier()
+            self._save_snapshot(epoch, random_states, step, total_loss.item())
+        dist.barrier()  # no rank exits before the snapshot is saved: torchrun would stop all
 
     def _save_snapshot(
-        self, epochs_run: int, steps_run: int, loss_so_far: float, random_states: list[RandomState]
+        self, epochs_run: int, random_states: list[RandomState], steps_run=0, loss_so_far=0.0
     ) -> None:
         snapshot = {
             # model.module is the model DDP wraps: plain names ("weight"), loadable
             # without DDP and before the wrap.
-            "model": self.model.module.state_dict(),
+            "model": self.model.module.state_dict(),  # DDP
             "optimizer": self.optimizer.state_dict(),
-            # The epochs *finished*, and the steps finished of the next one (0 unless
-            # stopped in its middle): a resume starts at the first step not taken.
+            # The epochs *finished*: a resume starts at the first epoch not trained.
             "epochs_run": epochs_run,
-            "steps_run": steps_run,
-            "loss_so_far": loss_so_far,
-            # Every rank's random generators, in rank order.
-            "rng_state": random_states,
+            "steps_run": steps_run,  # and steps of the next one, after a stop in its middle
+            "loss_so_far": loss_so_far,  # their loss, summed over the ranks
+            "rng_state": random_states,  # every rank's random generators, in rank order
         }
-        # A temporary file of this writer's own, fsync, rename: a crash mid-write leaves
-        # the previous snapshot, and writers on other nodes never mix bytes with ours.
+        # Temporary file, fsync, rename: a crash mid-write leaves the previous snapshot.
         save_atomic(snapshot, self.snapshot_path)
         # Step 0 of an epoch is the end of the one before: said as at an epoch's end.
         done = f"epoch {epochs_run} step {steps_run}"
@@ -243,7 +206,6 @@ class Trainer:
         log(f"{done} | snapshot saved to {self.snapshot_path.resolve()}")
 
     def train(self, max_epochs: int) -> bool:
-        """Train up to max_epochs; False if asked to stop first (a snapshot holds where)."""
         for epoch in range(self.epochs_run, max_epochs):
             if self._run_epoch(epoch):
                 return False
@@ -253,11 +215,11 @@ class Trainer:
                 # The random generators are each rank's own: gather them. A collective,
                 # so every rank calls it, here, outside the branch below.
                 random_states = gather_random_states(self.device)
-                # Every replica holds the same weights, so one writer per node is
-                # enough. No collective (all_reduce, barrier, a DDP forward) may sit
-                # inside this branch: the savers would wait for ranks that never enter.
-                if self.saves_snapshot:
-                    self._save_snapshot(epoch + 1, 0, 0.0, random_states)
+                # Every replica holds the same weights, so one writer is enough. No
+                # collective (all_reduce, barrier, a DDP forward) may sit inside this
+                # branch: the writer would wait in it for ranks that never enter it.
+                if self.saves_snapshot:  # DDP
+                    self._save_snapshot(epoch + 1, random_states)
         log0(f"training finished: {max_epochs} epochs")
         return True
 
@@ -265,24 +227,20 @@ class Trainer:
 def load_train_objs() -> tuple[Dataset, torch.nn.Module, torch.optim.Optimizer]:
     train_set = SyntheticRegression(size=2048)
     model = regression_model(seed=0)
-    # Momentum gives the optimizer a state of its own (a running average of the
-    # gradients): a resume that dropped it would not continue the same training.
+    # Momentum: an optimizer state (a running average of the gradients) to resume.
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     return train_set, model, optimizer
 
 
 def prepare_dataloader(dataset: Dataset, batch_size: int, device: torch.device) -> DataLoader:
     # Each rank gets a different 1/world_size of every epoch's shuffled indices.
-    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)
+    sampler = DistributedSampler(dataset, shuffle=True, seed=SHUFFLE_SEED)  # DDP
     return DataLoader(
         dataset, batch_size=batch_size, sampler=sampler, pin_memory=device.type == "cuda"
     )
 
 
-# Whatever a worker raises, @record writes it to a file that torchrun reads, so
-# torchrun's failure report shows the worker's own error and traceback. (Its "Root
-# Cause" is the earliest failure, which need not be the cause: lesson 03.)
-@record
+@record  # torchrun's failure report shows whatever a worker raises, with its traceback
 def main(
     total_epochs: int,
     save_every: int,
@@ -290,23 +248,19 @@ def main(
     snapshot_path: Path,
 ) -> int:
     stop = StopRequest()  # first: a stop asked for while the job starts is then noted
-    device, local_rank = ddp_setup()
+    device = ddp_setup()
     dataset, model, optimizer = load_train_objs()
     train_data = prepare_dataloader(dataset, batch_size, device)
     try:
-        trainer = Trainer(
-            model, train_data, optimizer, device, local_rank, save_every, snapshot_path, stop
-        )
+        trainer = Trainer(model, train_data, optimizer, device, save_every, snapshot_path, stop)
     except SnapshotError as error:
-        # One line that names the rank, the file and what to do, not a traceback; the
-        # same on every rank (they agreed on it): said once.
-        log0(str(error))
-        stop_the_agent()  # every node's agents: a restart would meet the same file
-        dist.barrier()  # every agent has been asked before any worker exits
+        log0(str(error))  # one line, the same on every rank (they agreed on it): said once
+        stop_the_agent()  # every restart would meet the same file: ask torchrun to stop
+        dist.barrier()  # the agent has been asked before any worker exits
         dist.destroy_process_group()
         return 1
     finished = trainer.train(total_epochs)
-    dist.destroy_process_group()
+    dist.destroy_process_group()  # DDP
     return 0 if finished else RESUMABLE_EXIT_CODE  # 75: stopped, resume me
 
 
@@ -321,10 +275,5 @@ if __name__ == "__main__":
         "--snapshot_path", type=Path, default=Path("snapshot.pt"), help="where to save/resume"
     )
     args = parser.parse_args()
-    exit_code = main(
-        args.total_epochs,
-        args.save_every,
-        args.batch_size,
-        args.snapshot_path,
-    )
+    exit_code = main(args.total_epochs, args.save_every, args.batch_size, args.snapshot_path)
     end_process(exit_code)  # not Python's teardown: see common.distributed.end_process
