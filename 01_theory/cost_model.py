@@ -56,8 +56,7 @@ def ring_seconds(nbytes: float, world_size: int, link: Link) -> float:
 
 
 def reduce_broadcast_seconds(nbytes: float, world_size: int, link: Link) -> float:
-    """Everyone sends its whole tensor to the root, the root sends the sum back, one
-    message after another through the root's link."""
+    """Every rank's tensor to the root, the sum back, one message at a time through it."""
     return 2 * (world_size - 1) * (link.alpha + nbytes * link.beta)
 
 
@@ -210,8 +209,7 @@ def predict_measured_step(
 
 
 def copy_cost(row: dict) -> float:
-    """Seconds per gradient byte that DDP adds in a world of 1 (bucket copies, hooks):
-    the synchronized step minus the step with the all-reduces off."""
+    """Seconds per gradient byte DDP adds in a world of 1 (bucket copies, hooks)."""
     return max(0.0, row["step"] - row["compute"]["step"]) / sum(row["sizes"])
 
 
@@ -234,8 +232,12 @@ class Check:
     bound: float = BOUND
 
     @property
+    def beats_null(self) -> bool:
+        return self.model_error <= NULL_MARGIN * self.null_error
+
+    @property  # within the bound, and well under the null model's error
     def passed(self) -> bool:
-        return self.model_error <= self.bound and self.model_error <= NULL_MARGIN * self.null_error
+        return self.model_error <= self.bound and self.beats_null
 
     def line(self) -> str:
         verdict = "passes" if self.passed else "fails"
@@ -268,9 +270,8 @@ def check_held_out_sizes(rows: list[dict], seconds_key: str, fit_up_to: int = 4 
 
 def check_world_size(rows: list[dict], seconds_key: str, fitted_world: int = 2,
                      predicted_world: int = 4) -> Check:  # fmt: skip
-    """Fit alpha and beta on one world size, predict a larger one from 1 MB up, where
-    the ring's 2(N-1)/N tells it from other schedules. Null model: the time does not
-    depend on the world size (the fitted world's time at the same size)."""
+    """Fit on one world size, predict a larger one from 1 MB up, where the ring's
+    2(N-1)/N shows. Null model: the fitted world's time at the same size."""
     link = fit_alpha_beta([r for r in rows if r["world_size"] == fitted_world], seconds_key)
     same = {r["bytes"]: r for r in rows if r["world_size"] == fitted_world}
     held_out = [r for r in rows if r["world_size"] == predicted_world

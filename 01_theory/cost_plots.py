@@ -31,7 +31,8 @@ def fit_figure(rows: list[dict], name: str, link: Link, fitted_on):
     ax.set_yscale("log")
     ax.set_xlabel("tensor size (bytes)")
     ax.set_ylabel(f"{name} time (ms): fastest, bar to slowest")
-    ax.set_title(f"alpha = {link.alpha * 1e6:.0f} us, bandwidth = {link.bandwidth / 1e9:.2f} GB/s")
+    ax.set_title(f"{name}, fitted on the filled points: alpha = {link.alpha * 1e6:.0f} us, "
+                 f"bandwidth = {link.bandwidth / 1e9:.2f} GB/s", fontsize=10)  # fmt: skip
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
