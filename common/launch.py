@@ -178,10 +178,9 @@ class Command:
         self._process.send_signal(signum)
 
     def kill_worker(self, rank: int) -> int:
-        """SIGKILL the torchrun worker of global rank `rank`, as the OOM killer would: no
-        handler runs, nothing is flushed or saved. Returns its pid. A worker is known by
-        the RANK its agent put into its environment; its own children (data loaders)
-        inherit it, so the one whose parent is not of that rank is the worker."""
+        """SIGKILL torchrun's worker of global rank `rank`, as the OOM killer would (no
+        handler runs), and return its pid. Its RANK variable names it; its children
+        inherit that, so the worker is the one whose parent is not of that rank."""
         of_rank = {}
         for proc in self._tree.members():
             try:
