@@ -136,8 +136,8 @@ def store_of_this_attempt(launch_hint: str) -> dist.Store:
     """The store where the workers of this attempt of a torchrun job meet: give it to
     `init_process_group(store=..., rank=..., world_size=...)`. It is the store that
     init_process_group would find by itself at MASTER_ADDR:MASTER_PORT
-    (`dist.rendezvous("env://")`), with every key under a prefix of this attempt's own,
-    `attempt<TORCHELASTIC_RESTART_COUNT>/`.
+    (`dist.rendezvous("env://")`); when that is torchrun's shared store, with every key
+    under a prefix of this attempt's own, `attempt<TORCHELASTIC_RESTART_COUNT>/`.
 
     Why: torchrun's agent lends its workers a store that it keeps for every restart
     (TORCHELASTIC_USE_AGENT_STORE=True in their environment, unless
@@ -160,6 +160,10 @@ def store_of_this_attempt(launch_hint: str) -> dist.Store:
             f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 {launch_hint}"
         )
     store, _, _ = next(dist.rendezvous("env://"))
+    if not shared:
+        # A store of this attempt's own (worker rank 0 starts it): no old keys in it, and
+        # agents that counted their restarts differently must not pick different prefixes.
+        return store
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return dist.PrefixStore(f"attempt{attempt}", store)  # keys "attempt<N>/..."
 

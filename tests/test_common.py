@@ -235,3 +235,18 @@ def test_a_figure_is_described_by_its_titles():
     fig.suptitle("GPT on 2 processes")
     assert alt_text(fig) == "GPT on 2 processes"  # the figure's own title says it all
     plt.close(fig)
+
+
+@pytest.mark.parametrize("shared", ["True", "False"])
+def test_only_torchruns_shared_store_gets_a_prefix_per_attempt(monkeypatch, shared):
+    """The shared store keeps the dead attempts' keys: each attempt meets under its own
+    prefix. A store of the attempt's own has none; a prefix there would split agents that
+    counted their restarts differently (several nodes)."""
+    store = distributed.dist.HashStore()
+    monkeypatch.setattr(distributed.dist, "rendezvous", lambda url: iter([(store, 0, 1)]))
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", shared)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0" if shared == "True" else "3")
+    distributed.store_of_this_attempt("torchrun x.py").set("key", "value")
+    assert store.check(["attempt2/key" if shared == "True" else "key"])
