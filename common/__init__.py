@@ -28,8 +28,7 @@ what several lessons reuse).
   bytes handed to `all_reduce` (02's DDP options).
 - `ring_stepper`: the interactive ring (01_theory; the alpha-beta model of its part 2
   lives in the lesson's folder, since no other lesson uses it).
-- `crash_injection`: failures on purpose, once per job (05); `preemption`:
-  stopping when the cluster asks (03 part 3, 04, 05).
+- `preemption`: stopping when the cluster asks (03 part 3, 04, 05).
 - `hangs`: look inside a hung job from outside (04, part 2); `parts`: a part of a
   notebook that needs what a machine may lack, skipped saying why (04).
 
