@@ -11,8 +11,9 @@ from datetime import date
 from pathlib import Path
 from typing import NamedTuple
 
-from course.lessons import REPO
-
+# Its own REPO, not course.lessons's: course.pythons runs it on a bare python3, before any
+# virtual environment (nbformat) exists.
+REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "results.md"
 
 TITLE = "# Results"

@@ -23,6 +23,15 @@ def test_it_runs_the_readmes_test_command():
     assert sorted(pythons.LESSONS) == sorted(p.name for p in REPO.glob("0[0-9]_*") if p.is_dir())
 
 
+@pytest.mark.parametrize("module", ["course.pythons", "course.system_packages"])
+def test_what_ci_runs_before_the_venv_needs_only_the_standard_library(module):
+    # .ci/run starts these with a bare python3: -S leaves out every installed package.
+    bare = subprocess.run(
+        [sys.executable, "-S", "-c", f"import {module}"], cwd=REPO, capture_output=True, text=True
+    )
+    assert bare.returncode == 0, bare.stderr
+
+
 @pytest.mark.parametrize(
     "line, verdict",
     [
