@@ -14,9 +14,7 @@ from conftest import PYTHON, REPO
 from course.lessons import lesson_notebooks
 from course.slides import deck_of, slide_types, to_slides
 from course.speaker_notes import (
-    MARKER,
     NotesError,
-    notes_cell_source,
     notes_file,
     page_titles,
     read_notes,
@@ -208,43 +206,6 @@ def test_the_notes_file_has_a_section_per_page_in_the_order_of_the_talk(notebook
     notes = read_notes(notes_file(notebook))
     assert list(notes) == pages
     assert all(text.strip() for text in notes.values())
-
-
-def git(*args: str) -> str:
-    result = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr}"
-    return result.stdout
-
-
-@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_moving_the_notes_out_of_the_notebook_changed_no_deck(notebook):
-    """The notes were cells of the notebook until the commit that added its notes
-    file. At that commit, the deck puts back on every page exactly the cell it had
-    before: the same page, the same text. A notebook added with its notes file had
-    none to move."""
-    path = notes_file(notebook).relative_to(REPO).as_posix()
-    added = git("log", "--diff-filter=A", "--format=%H", "--", path).split()
-    assert added, f"{path} is not in git's history (this test needs the full history)"
-    moved = added[-1]
-    born = git("log", "--diff-filter=A", "--format=%H", "--", notebook.relative_to(REPO))
-    if born.split()[-1] == moved:
-        nb = nbformat.read(notebook, as_version=4)
-        assert not [cell for cell in nb.cells if cell.source.startswith(MARKER)]
-        return
-    before = nbformat.reads(
-        git("show", f"{moved}^:{notebook.relative_to(REPO).as_posix()}"), as_version=4
-    )
-    old_notes = {
-        title: cell.source
-        for cell, title in zip(before.cells, page_titles(before.cells), strict=True)
-        if cell.source.startswith(MARKER)
-    }
-    tmp = REPO / "build" / "tests" / f"{notebook.stem}.notes.md"
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(git("show", f"{moved}:{path}"), encoding="utf-8")
-    new_notes = {title: notes_cell_source(text) for title, text in read_notes(tmp).items()}
-    assert len(old_notes) >= 5
-    assert new_notes == old_notes
 
 
 def test_a_notes_file_that_does_not_fit_its_notebook_says_where(tmp_path):
