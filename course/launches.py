@@ -7,12 +7,12 @@ script starts them itself with mp.spawn and takes `--world_size N`) or `python` 
 process, no process group), and the fewest processes it accepts.
 """
 
-import os
-import signal
-import subprocess
+import shlex
 import sys
 import tempfile
 from dataclasses import dataclass
+
+from common.launch import CommandFailed, CommandTimedOut, start
 
 
 @dataclass(frozen=True)
@@ -39,31 +39,20 @@ def run_once(command: list[str], time_limit: float, **environment: str) -> tuple
     """(how it ended: "exit N" or "killed after T s", its output) of one command in a
     fresh temporary folder, with one thread per process as torchrun's workers have.
 
-    Every launch here is on this machine alone, so torchrun gets the address 127.0.0.1
-    (PET_LOCAL_ADDR, as common.launch gives it: the machine's name need not resolve).
-    The command starts a process group of its own: on a time-out, torchrun and every
-    worker it started are killed together, none left behind. torchrun's error files go
-    into the launch's folder (PET_LOG_DIR), not a torchelastic_* folder left in the
-    system's temporary folder after every launch."""
-    variables = {**os.environ, "OMP_NUM_THREADS": "1", "PET_LOCAL_ADDR": "127.0.0.1"}
+    It runs through `common.launch`, as every notebook's launch does: torchrun gets the
+    address 127.0.0.1 and an error-file folder of its own (removed when it ends), and a
+    launch past its time limit is killed with every process it started, torchrun's
+    workers too, though each lives in a session of its own."""
     with tempfile.TemporaryDirectory(prefix="launch-") as folder:
-        variables["PET_LOG_DIR"] = os.path.join(folder, "torchrun-logs")
-        process = subprocess.Popen(
-            command,
-            cwd=folder,
-            env={**variables, **environment},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        threads = {"OMP_NUM_THREADS": "1", **environment}
+        launched = start(shlex.join(command), cwd=folder, env=threads, quiet=True)
         try:
-            output, _ = process.communicate(timeout=time_limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-            return f"killed after {time_limit:g} s", output or ""
-    return f"exit {process.returncode}", output
+            launched.wait(time_limit)
+        except CommandTimedOut:
+            return f"killed after {time_limit:g} s", launched.output
+        except CommandFailed:
+            pass  # a non-zero exit is this function's answer, not an error
+        return f"exit {launched.returncode}", launched.output
 
 
 LAUNCHES = [
