@@ -29,8 +29,8 @@ what several lessons reuse).
 - `ring_stepper`: the interactive ring (01_theory; the alpha-beta model of its part 2
   lives in the lesson's folder, since no other lesson uses it).
 - `preemption`: stopping when the cluster asks (03 part 3, 04, 05).
-- `hangs`: look inside a hung job from outside (04, part 2); `parts`: a part of a
-  notebook that needs what a machine may lack, skipped saying why (04).
+- `parts`: a part of a notebook that needs what a machine may lack, skipped saying why
+  (04). Looking inside a hung job (04, part 2) is lesson 04's own: `04_multinode/hangs/`.
 
 What a lesson is *about* (the DDP setup, the trainer) stays in the lesson's own
 script, where the learner reads it. The course's own machinery (building the site,

@@ -2,7 +2,7 @@
 torchrun's agent and of its workers, with its address, who can reach it, and what it is.
 
 Introduced in 04_multinode ("What a job exposes on the network"); `course.setup_check`
-uses `outside_addresses`, and `common.hangs` `tcp_sockets`.
+uses `outside_addresses`, and lesson 04's `hangs/hang_tools.py` `tcp_sockets`.
 """
 
 import ipaddress

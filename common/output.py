@@ -3,7 +3,8 @@ whole line at a time.
 
 Introduced in 00_intro with `common.launch`, which starts every command with
 `plain_text` and shows its output with `LineStream`; `course.cluster` shows a Slurm
-job's output file with it too, and `common.hangs` asks py-spy for plain text.
+job's output file with it too, and lesson 04's `hangs/hang_tools.py` asks py-spy for
+plain text.
 """
 
 import re

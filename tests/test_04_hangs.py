@@ -10,10 +10,11 @@ import subprocess
 
 import pytest
 import torch
-from conftest import PYTHON, REPO, skip_or_fail
+from conftest import PYTHON, REPO, lesson_module, skip_or_fail
 
-from common import hangs
 from common.launch import run, start
+
+hang_tools = lesson_module("04_multinode/hangs", "hang_tools")
 
 CASES = REPO / "04_multinode" / "hangs" / "classic_hangs.py"
 READER = "python -m torch.distributed.flight_recorder.fr_trace"
@@ -47,16 +48,16 @@ def test_without_the_bug_the_job_ends(case, tmp_path):
 
 def test_ddp_under_detail_does_what_was_measured_for_this_release(tmp_path):
     """The notebook states what DDP does under DETAIL on gloo with PyTorch 2.11 to 2.14
-    (hangs.MEASURED: it crashes); the installed release must do what its row says."""
-    expected = hangs.measured("DDP under DETAIL", torch.__version__)
-    skip_or_fail(None if expected else f"PyTorch {torch.__version__} is not in hangs.MEASURED")
-    assert hangs.ddp_under_detail(tmp_path) == expected
+    (hang_tools.MEASURED: it crashes); the installed release must do what its row says."""
+    expected = hang_tools.measured("DDP under DETAIL", torch.__version__)
+    skip_or_fail(None if expected else f"PyTorch {torch.__version__} is not in hang_tools.MEASURED")
+    assert hang_tools.ddp_under_detail(tmp_path) == expected
 
 
 def test_fr_trace_outcomes_are_read_from_the_readers_output():
     as_written = "    pg_name = _pg_guids[(original_pg_name, first_rank)]\nKeyError: ('0', 1)"
-    assert hangs.fr_trace_as_written(as_written) == "KeyError"
-    assert hangs.fr_trace_as_written("Collective sequence number: 5 has errors") == "reads"
+    assert hang_tools.fr_trace_as_written(as_written) == "KeyError"
+    assert hang_tools.fr_trace_as_written("Collective sequence number: 5 has errors") == "reads"
 
 
 def test_monitored_barrier_has_nothing_to_say_of_collectives_in_different_orders(tmp_path):
@@ -73,13 +74,13 @@ def test_monitored_barrier_has_nothing_to_say_of_collectives_in_different_orders
 def test_py_spy_reads_the_stack_of_a_running_python_process(tmp_path):
     """The notebook reads the hung ranks with py-spy where it can run, and says why not
     where it cannot: under COURSE_STRICT=1 (CI, as root) it must run."""
-    problem = hangs.why_py_spy_cannot_run()
+    problem = hang_tools.why_py_spy_cannot_run()
     skip_or_fail(problem)
     code = "import threading\ndef waits_here():\n    threading.Event().wait()\nwaits_here()\n"
     (tmp_path / "waiter.py").write_text(code)
     waiter = subprocess.Popen([PYTHON, tmp_path / "waiter.py"])
     try:
-        stack = hangs.py_spy_dump(waiter.pid, until=r"waits_here \(", timeout=60)
+        stack = hang_tools.py_spy_dump(waiter.pid, until=r"waits_here \(", timeout=60)
     finally:
         waiter.kill()
         waiter.wait()

@@ -47,11 +47,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from hang_tools import add_hang_options
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from common.cli import LessonArgumentParser
 from common.distributed import end_process, job_store, log, log0, start_together, torchrun_env
-from common.hangs import add_hang_options
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 classic_hangs.py --case order --timeout 3"
 CASES = ("rank0_only", "order", "data_loader", "killed_rank", "frozen_rank")
@@ -91,7 +91,7 @@ def average_gradients(model: torch.nn.Module, world_size: int) -> None:
     """What DDP does inside backward(), written out: every gradient summed over the
     ranks, then divided by their number. (Not DDP itself: with gloo, building a DDP
     model under TORCH_DISTRIBUTED_DEBUG=DETAIL crashes with SIGSEGV in PyTorch 2.11 to
-    2.14, common.hangs.MEASURED; the lesson's notebook checks yours.)"""
+    2.14, hang_tools.MEASURED; the lesson's notebook checks yours.)"""
     for parameter in model.parameters():
         dist.all_reduce(parameter.grad)
         parameter.grad /= world_size

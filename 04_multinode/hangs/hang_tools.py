@@ -1,9 +1,10 @@
 """Look inside a hung job from outside, as on a cluster's node: each rank's Python stack,
 its flight record of collectives, its state and its ports.
 
-Introduced in 04_multinode, part 2 (`04_multinode_hangs.ipynb`, whose scripts are in
-`04_multinode/hangs/`); used by that notebook and `tests/test_04_hangs.py`, and
-`key_lines` by part 1's troubleshooting too. The scripts print each rank's PID first
+Lesson 04's own, beside the scripts of its part 2 (`04_multinode_hangs.ipynb`), which
+take their options from `add_hang_options`; the notebook (`from hangs import hang_tools`,
+from the lesson's folder) and `tests/test_04_hangs.py` use the rest, and part 1's
+troubleshooting uses `key_lines`. The scripts print each rank's PID first
 (`[rank1] pid 1234 ...`), dump their stacks on SIGUSR2 (faulthandler) and write a
 flight record per rank when a collective times out; these functions read all that.
 """

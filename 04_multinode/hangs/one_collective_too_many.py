@@ -24,10 +24,10 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from hang_tools import add_hang_options
 
 from common.cli import LessonArgumentParser
 from common.distributed import end_process, log, log0, start_together, torchrun_env
-from common.hangs import add_hang_options
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 one_collective_too_many.py --timeout 5"
 EPOCHS = 3
