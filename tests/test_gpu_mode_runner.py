@@ -144,21 +144,24 @@ def test_a_gpu_mode_test_skips_only_on_gpus_that_are_too_few(monkeypatch):
 
 
 def test_a_launch_past_its_time_limit_is_killed_with_every_process_it_started():
-    # A stand-in for torchrun: it starts a worker (whose output goes elsewhere, so that
-    # only the leader holds the pipe), says its pid, and both would run on.
+    # A stand-in for torchrun: it starts a worker in a session of its own, as torchrun
+    # does (so neither the leader's process group nor its session holds it), with its
+    # output elsewhere, says its pid, and both would run on.
     leader = (
         "import subprocess, sys, time; "
         "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
-        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True); "
         "print('worker', worker.pid, flush=True); time.sleep(600)"
     )
     ending, output = run_once([PYTHON, "-c", leader], time_limit=5)
     assert ending == "killed after 5 s", (ending, output)
-    worker = psutil.Process(int(re.search(r"worker (\d+)", output)[1]))
-    try:
-        worker.wait(timeout=30)  # killed with the leader: ends (init reaps it) at once
+    worker = int(re.search(r"worker (\d+)", output)[1])
+    try:  # killed with the leader: ends (init reaps it) at once
+        psutil.Process(worker).wait(timeout=30)
+    except psutil.NoSuchProcess:
+        pass  # gone already
     except psutil.TimeoutExpired:
-        worker.kill()
+        psutil.Process(worker).kill()
         pytest.fail("the worker outlived its launch: an orphan")
 
 
