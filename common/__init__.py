@@ -7,8 +7,9 @@ what several lessons reuse).
 - `distributed`: device and backend choice, rank-prefixed logging, the torchrun
   check, and `end_process`, the exit of every script that joins a process group
   (every lesson script; why: 02_multigpu).
-- `ports`: ports for the servers a lesson starts, which no two users can share (02
-  onwards, and `launch`'s `{port}`).
+- `ports`: a free port for the servers a lesson starts, below the ephemeral range (02
+  onwards, and `launch`'s `{port}`); `port_locks`: a lock file per port, so that tests
+  and notebooks side by side never pick the same one.
 - `cli`: argument parsing that answers bad input with one line (every lesson script).
 - `data`, `models`: the seeded synthetic dataset and the models trained on it
   (00_intro onwards).

@@ -1,34 +1,48 @@
-"""Ports for the servers a lesson starts itself (the rendezvous of `mp.spawn`, a static
-or c10d rendezvous endpoint, Slurm's daemons), chosen so that no two users can collide.
+"""A free TCP port for a server a lesson starts itself (the rendezvous of `mp.spawn`, a
+c10d endpoint, Slurm's daemons), so that no script needs a port number written into it.
 
 Introduced in 02_multigpu (`multigpu.py` picks the port its processes meet at); used by
-`common.launch` (the `{port}` placeholder) and the tests.
-
-The usual trick, bind port 0 and close the socket, only makes a collision rare: the
-port comes from the kernel's *ephemeral* range, the same range every outgoing
-connection takes its local port from, and the job binds it seconds later. With two
-test workers or two notebooks running DDP side by side, one's gloo connections can
-take the port the other is about to listen on. So `free_port` picks from a range
-below the ephemeral one, which outgoing connections never use, and reserves each port
-for the lifetime of the process that picked it with a lock file, so that no other
-process of this course (another test worker, another notebook) picks it too. What it
-cannot prevent: a program outside the course starting to listen on it later.
+`common.launch` (the `{port}` placeholder), lessons 03 and 04, the local Slurm cluster
+(`course.cluster`) and the tests.
 """
 
-import fcntl
-import os
 import random
 import socket
-import tempfile
 from pathlib import Path
+
+from common.port_locks import reserve
 
 # Below Linux's default ephemeral range (32768-60999) and macOS's (49152-65535).
 COURSE_RANGE = range(20000, 32768)
-# Shared by every user of the machine (a classroom server), like /tmp itself: anyone
-# may add a lock file, and flock needs only read access to lock another user's.
-SHARED_LOCK_FOLDER = Path(tempfile.gettempdir()) / "ddp-course-ports"
 
-_held: dict[int, int] = {}  # port -> open file descriptor holding its lock
+
+def free_port() -> int:
+    """A TCP port that nothing listens on, below the kernel's ephemeral range.
+
+    The usual trick, bind port 0 and close the socket, takes a port from the ephemeral
+    range, where every outgoing connection (gloo's, another job's) takes its local port:
+    one can take it in the seconds before the job listens on it. Below that range no
+    connection does. `reserve` keeps the port from the other processes of the course
+    while this one lives: tests and notebooks run side by side (common/port_locks.py)."""
+    ephemeral = ephemeral_range()
+    candidates = [port for port in COURSE_RANGE if port not in ephemeral]
+    for port in random.sample(candidates, len(candidates)):
+        if reserve(port) and nothing_listens(port):
+            return port
+    raise RuntimeError(
+        f"no free port in {COURSE_RANGE.start}-{COURSE_RANGE.stop - 1} outside the kernel's "
+        f"ephemeral range {ephemeral.start}-{ephemeral.stop - 1}: all in use, or that range "
+        "covers them all (narrow it: sysctl net.ipv4.ip_local_port_range)"
+    )
+
+
+def nothing_listens(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 def ephemeral_range() -> range:
@@ -39,70 +53,3 @@ def ephemeral_range() -> range:
         return range(int(low), int(high) + 1)
     except (OSError, ValueError):
         return range(49152, 65536)
-
-
-def candidate_ports() -> list[int]:
-    """The course's ports that the kernel never hands out to a connection."""
-    ephemeral = ephemeral_range()
-    candidates = [port for port in COURSE_RANGE if port not in ephemeral]
-    if not candidates:
-        raise RuntimeError(
-            f"the kernel's ephemeral port range {ephemeral.start}-{ephemeral.stop - 1} covers "
-            f"all of {COURSE_RANGE.start}-{COURSE_RANGE.stop - 1}: narrow it "
-            "(sysctl net.ipv4.ip_local_port_range) so that the course can choose safe ports"
-        )
-    return candidates
-
-
-def lock_folder() -> Path:
-    """The shared lock folder, made writable for every user (mode 1777, as /tmp) by
-    whoever creates it. If another user made it without that (an older version of this
-    file), this user cannot add locks there, and takes a folder of its own."""
-    try:
-        SHARED_LOCK_FOLDER.mkdir()
-        os.chmod(SHARED_LOCK_FOLDER, 0o1777)  # mkdir's mode would be cut by the umask
-    except FileExistsError:
-        pass
-    if os.access(SHARED_LOCK_FOLDER, os.W_OK | os.X_OK):
-        return SHARED_LOCK_FOLDER
-    own = SHARED_LOCK_FOLDER.with_name(f"{SHARED_LOCK_FOLDER.name}-{os.getuid()}")
-    own.mkdir(exist_ok=True)
-    return own
-
-
-def _reserve(port: int) -> bool:
-    """Take the port's lock (released when this process ends) if no one holds it."""
-    # Read-only: a lock file that another user created stays usable (flock locks a file
-    # whatever mode it was opened in).
-    descriptor = os.open(lock_folder() / f"{port}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        return False
-    _held[port] = descriptor
-    return True
-
-
-def _nothing_listens(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port() -> int:
-    """A TCP port that nothing listens on, outside the ephemeral range, and reserved for
-    this process: no other caller of `free_port` gets it while this process lives."""
-    candidates = candidate_ports()
-    start = random.randrange(len(candidates))  # side-by-side callers start far apart
-    for port in candidates[start:] + candidates[:start]:
-        if port in _held or not _reserve(port):
-            continue
-        if _nothing_listens(port):
-            return port
-    raise RuntimeError(
-        f"no free port in {COURSE_RANGE.start}-{COURSE_RANGE.stop - 1}: every one is in use"
-    )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON
 
-from common import ports
+from common import port_locks, ports
 
 HOLDER = """
 import sys
@@ -50,6 +50,7 @@ def test_processes_side_by_side_never_get_the_same_port():
 
 
 def test_a_port_something_listens_on_is_skipped(monkeypatch):
+    monkeypatch.setattr(ports, "ephemeral_range", lambda: range(0))  # ports the kernel gave
     with socket.socket() as listener, socket.socket() as probe:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -57,9 +58,9 @@ def test_a_port_something_listens_on_is_skipped(monkeypatch):
         probe.bind(("127.0.0.1", 0))
         idle = probe.getsockname()[1]
         probe.close()
-        monkeypatch.setattr(ports, "candidate_ports", lambda: [busy, idle])
-        assert [ports.free_port()] == [idle]  # whichever it tried first
-        monkeypatch.setattr(ports, "candidate_ports", lambda: [busy])
+        monkeypatch.setattr(ports, "COURSE_RANGE", range(idle, idle + 1))
+        assert ports.free_port() == idle
+        monkeypatch.setattr(ports, "COURSE_RANGE", range(busy, busy + 1))
         with pytest.raises(RuntimeError, match="no free port"):
             ports.free_port()
 
@@ -67,7 +68,7 @@ def test_a_port_something_listens_on_is_skipped(monkeypatch):
 def test_an_ephemeral_range_covering_the_course_range_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(ports, "ephemeral_range", lambda: range(1024, 65536))
     with pytest.raises(RuntimeError, match="ip_local_port_range"):
-        ports.candidate_ports()
+        ports.free_port()
 
 
 def claim_as_another_user(shared, readonly, taken, free, results) -> None:
@@ -76,11 +77,11 @@ def claim_as_another_user(shared, readonly, taken, free, results) -> None:
     if os.getuid() == 0:
         os.setgid(65534)
         os.setuid(65534)
-    ports.candidate_ports = lambda: [taken, free]
-    ports.random.randrange = lambda _: 0  # their locked port is tried first
-    ports.SHARED_LOCK_FOLDER = shared
+    ports.COURSE_RANGE, ports.ephemeral_range = range(taken, free + 1), lambda: range(0)
+    ports.random.sample = lambda candidates, _: list(candidates)  # their port is tried first
+    port_locks.SHARED_LOCK_FOLDER = shared
     first = ports.free_port()
-    ports.SHARED_LOCK_FOLDER = readonly
+    port_locks.SHARED_LOCK_FOLDER = readonly
     second = ports.free_port()
     own = readonly.with_name(f"readonly-ports-{os.getuid()}")
     results.send(f"{first} {second} {own.is_dir()}")
@@ -100,7 +101,7 @@ def test_lock_files_and_folders_of_another_user_are_no_obstacle(tmp_path):
         shared.mkdir(mode=0o1777)
         os.chmod(shared, 0o1777)
         readonly.mkdir()
-        taken, free = ports.candidate_ports()[:2]
+        taken, free = ports.COURSE_RANGE[:2]
         held = os.open(shared / f"{taken}.lock", os.O_RDWR | os.O_CREAT, 0o444)
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running job of theirs
         os.chmod(shared / f"{taken}.lock", 0o444)
