@@ -15,5 +15,4 @@ read, and `common/` never imports it:
   cluster and two hosts in network namespaces.
 - `lessons`: where the course is and its notebooks (for `build`, `site`, `slides`);
   `speaker_notes`: the instructor's notes beside each notebook, read by `slides`.
-- `pythons`: the test suite on every Python the README promises.
 """

@@ -1,5 +1,5 @@
 """docs/results.md: the newest result of each configuration the course ran in, written by
-the commands that measure them: `course.pythons` (the suite on each Python),
+the commands that measure them: `noxfile.py` (the suite on each Python, with nox),
 `course.gpu_mode` (on a GPU machine) and `tests/stress_launches.py` (many launches).
 
 A command replaces the row of its configuration (the first columns of its table) and
@@ -11,8 +11,8 @@ from datetime import date
 from pathlib import Path
 from typing import NamedTuple
 
-# Its own REPO, not course.lessons's: course.pythons runs it on a bare python3, before any
-# virtual environment (nbformat) exists.
+# Its own REPO, not course.lessons's: noxfile.py imports it on whatever Python runs nox,
+# which need not have the course's packages (nbformat).
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "results.md"
 

@@ -8,7 +8,7 @@ of its own: nothing in the course or its tests installs them as a side effect.
 - chromium, for the check that the rendered course loads nothing from the network;
 - iproute2 and util-linux (`ip`, `unshare`), for lesson 04's two hosts in network
   namespaces, and git, with which the tests list the course's files and
-  `course.pythons` clones it: a slim Debian image lacks them.
+  noxfile.py clones it: a slim Debian image lacks them.
 
 Without them those parts say why they are skipped (in the notebook, and in pytest's
 skip summary). It uses only Python's standard library, so it runs before the virtual

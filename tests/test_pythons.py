@@ -1,99 +1,119 @@
-"""course.pythons: the command that runs the suite on every promised Python runs the
-README's own test command, reads pytest's verdict, and picks the Pythons it says."""
+"""noxfile.py, the suite on every promised Python: its sessions run the README's own test
+command, read pytest's verdict, find pyenv's Pythons, and pick the newest one for .ci/run."""
 
+import importlib
 import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO
 
-from course import pythons
+
+@pytest.fixture
+def noxfile(monkeypatch):
+    """The noxfile, imported once; what its import sets in the environment (PYENV_VERSION)
+    is undone after the test that imported it."""
+    monkeypatch.delenv("PYENV_VERSION", raising=False)
+    monkeypatch.syspath_prepend(str(REPO))
+    return importlib.import_module("noxfile")
 
 
-def test_it_runs_the_readmes_test_command():
+def test_its_sessions_run_the_readmes_test_command(noxfile):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     (block,) = re.findall(r"\*\*Install and run all tests\*\*.*?```bash\n(.*?)\n```", readme, re.S)
-    assert pythons.test_command(Path("python3"), notebooks=False) == block
-    notebooks = pythons.test_command(Path("/py/bin/python3"), notebooks=True)
-    assert notebooks.startswith("/py/bin/python3 -m venv .venv && ")
-    assert notebooks.endswith("-m pytest " + " ".join(pythons.LESSONS))
-    assert sorted(pythons.LESSONS) == sorted(p.name for p in REPO.glob("0[0-9]_*") if p.is_dir())
+    # nox makes the `.venv` with the session's Python, with venv as the README does.
+    assert noxfile.nox.options.default_venv_backend == "venv"
+    steps = [
+        "python3 -m venv .venv",
+        ".venv/bin/" + " ".join(noxfile.INSTALL),
+        ".venv/bin/" + " ".join(noxfile.TEST),
+    ]
+    assert " && ".join(steps) == block
+    # `notebooks` runs pytest on the six lesson folders, each with its notebooks.
+    assert len(noxfile.LESSONS) == 6
+    assert all(list((REPO / lesson).glob("*.ipynb")) for lesson in noxfile.LESSONS)
 
 
-@pytest.mark.parametrize("module", ["course.pythons", "course.system_packages"])
-def test_what_ci_runs_before_the_venv_needs_only_the_standard_library(module):
-    # .ci/run starts these with a bare python3: -S leaves out every installed package.
+def test_every_python_it_counts_as_found_runs():
+    """pyenv's shim of a version pyenv has not made active fails ("pyenv: python3.13:
+    command not found"): the noxfile makes every installed version active. In a process of
+    its own, so that what the noxfile sets stays there."""
+    check = (
+        "import subprocess, noxfile\n"
+        "for version in noxfile.FOUND:\n"
+        "    print(version, subprocess.run([f'python{version}', '-c', 'import platform;"
+        " print(platform.python_version())'], capture_output=True, text=True).stdout.strip())"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    assert printed, "no promised Python found, not even nox's own"
+    for line in printed.splitlines():
+        version, *ran = line.split()  # ran: [] where python3.X did not run
+        assert ran and ran[0].startswith(version + "."), printed
+
+
+def test_newest_takes_a_newer_python_only(noxfile):
+    assert noxfile.newer(["3.10", "3.11", "3.13"], "3.11") == ("3.13", "")
+    assert noxfile.newer(["3.10", "3.11"], "3.11") == (
+        None,
+        "3.11 is the newest promised Python here, and nox's own",
+    )
+    assert noxfile.newer(["3.9"], "3.10")[0] is None  # 3.9 < 3.10 as versions, not as text
+    assert noxfile.newer([], "3.11")[0] is None
+
+
+def test_ci_runs_a_session_the_noxfile_has():
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    (session,) = re.findall(r"\.venv/bin/nox -s (\S+)", ci)
+    listed = subprocess.run(
+        [sys.executable, "-m", "nox", "--list"], cwd=REPO, capture_output=True, text=True
+    )
+    assert f"- {session} ->" in listed.stdout or f"* {session} ->" in listed.stdout
+
+
+def test_the_row_says_what_pytest_reported(noxfile, tmp_path, monkeypatch):
+    """The result column comes from pytest's junit XML: a real one, of a run with a pass,
+    a failure, an error and a skip."""
+    (tmp_path / "test_four.py").write_text(
+        "import pytest\n"
+        "@pytest.fixture\ndef broken(): raise RuntimeError\n"
+        "def test_pass(): pass\n"
+        "def test_fail(): assert False\n"
+        "def test_error(broken): pass\n"
+        "def test_skip(): pytest.skip('no')\n"
+    )
+    report = tmp_path / "pytest.xml"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={report}"],
+        cwd=tmp_path,
+        capture_output=True,
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},  # 1 s instead of 10
+    )
+
+    class Session:
+        def run(self, *args, **kwargs):
+            return "3.13.0\n2.14.1\n"
+
+    rows = []
+    monkeypatch.setattr(noxfile.results, "record", lambda table, row: rows.append(row))
+    noxfile.record(Session(), "the suite", report, False, 70.4)
+    python, torch, what, commit, _, result, time, _ = rows[0]
+    assert (python, torch, what, commit) == ("3.13.0", "2.14.1", "the suite", noxfile.COMMIT[:7])
+    assert result == "FAILED: 2 failed, 1 passed, 1 skipped"
+    assert re.fullmatch(r"\d+ s of tests, 70 s with the install", time)
+    noxfile.record(Session(), "the suite", tmp_path / "absent.xml", False, 9)
+    assert rows[1][5] == "FAILED: no pytest report (did the install fail?)"
+
+
+@pytest.mark.parametrize("module", ["course.results", "course.system_packages"])
+def test_what_runs_without_the_courses_packages_needs_only_the_standard_library(module):
+    # .ci/run starts course.system_packages with a bare python3, before the venv exists;
+    # course.results is imported by the noxfile, on whatever Python runs nox.
+    # -S leaves out every installed package.
     bare = subprocess.run(
         [sys.executable, "-S", "-c", f"import {module}"], cwd=REPO, capture_output=True, text=True
     )
     assert bare.returncode == 0, bare.stderr
-
-
-@pytest.mark.parametrize(
-    "line, verdict",
-    [
-        (
-            "==== 456 passed, 10 skipped in 639.12s (0:10:39) ====",
-            ("456 passed, 10 skipped", "639.12"),
-        ),
-        ("= 1 failed, 455 passed in 701.00s (0:11:41) =", ("1 failed, 455 passed", "701.00")),
-        ("====== 3 passed, 2 warnings in 0.41s ======", ("3 passed, 2 warnings", "0.41")),
-        ("==== short test summary info ====", None),
-    ],
-)
-def test_it_reads_pytests_last_line(line, verdict):
-    match = pythons.SUMMARY.match(line)
-    assert (match.groups() if match else None) == verdict
-
-
-def test_newest_takes_a_newer_python_only(monkeypatch, capsys):
-    class Args:
-        newest, versions = True, []
-
-    own = f"{sys.version_info.major}.{sys.version_info.minor}"
-    newer = f"{sys.version_info.major}.{sys.version_info.minor + 1}"
-    monkeypatch.setattr(pythons, "PROMISED", ("3.10", own, newer))
-    monkeypatch.setattr(pythons, "find_python", lambda minor: (minor + ".0", Path("py")))
-    assert pythons.chosen(Args) == [newer]
-    monkeypatch.setattr(pythons, "find_python", lambda m: None if m == newer else (m, Path("py")))
-    assert pythons.chosen(Args) == []
-    assert f"{own} is the newest promised Python here" in capsys.readouterr().out
-    monkeypatch.setattr(pythons, "find_python", lambda minor: None)
-    assert pythons.chosen(Args) == []
-    assert "none of the promised Pythons found" in capsys.readouterr().out
-
-
-def test_an_interrupted_run_leaves_no_process_behind():
-    """Processes in sessions of their own (as torchrun's workers are) carry the run's
-    marker, and kill_marked finds them all, and only them."""
-    marker = {"COURSE_PYTHONS_RUN": f"test-{os.getpid()}"}
-    ours = [
-        subprocess.Popen(["sleep", "60"], env={**os.environ, **marker}, start_new_session=True)
-        for _ in range(2)
-    ]
-    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    try:
-        pythons.kill_marked(marker)
-        assert [process.wait(timeout=10) for process in ours] == [-9, -9]
-        assert other.poll() is None
-    finally:
-        for process in [*ours, other]:
-            process.kill()
-            process.wait()
-
-
-def test_every_python_runs_the_commit_the_command_started_at(tmp_path, monkeypatch):
-    """A commit made while the Pythons run one after another must not reach the later
-    ones: each clone checks out the commit the run began with, not HEAD."""
-    start = subprocess.run(
-        ["git", "rev-parse", "HEAD~1"], cwd=pythons.REPO, capture_output=True, text=True
-    ).stdout.strip()  # stands for the commit HEAD was at when the run began
-    monkeypatch.setattr(
-        pythons, "test_command", lambda interpreter, notebooks: "git rev-parse HEAD"
-    )
-    row = pythons.run_one("3.x", Path("python3"), False, tmp_path, start)
-    assert (tmp_path / "3.x.log").read_text().splitlines()[-1] == start
-    assert row["ok"] and row["torch"] == "not installed"
