@@ -110,7 +110,11 @@ def tested(session, what: str, pytest_args: list[str]) -> None:
         except CommandFailed:
             record(session, what, report, False, time.monotonic() - started)
             raise
-        record(session, what, report, True, time.monotonic() - started)
+        else:
+            record(session, what, report, True, time.monotonic() - started)
+        finally:
+            # torch with its CUDA libraries is gigabytes: no environment is kept per Python.
+            shutil.rmtree(session.virtualenv.location, ignore_errors=True)
 
 
 # The row's Python and PyTorch, as the session's environment has them.
