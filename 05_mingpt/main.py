@@ -6,8 +6,7 @@ the current folder):
     torchrun --standalone --nproc_per_node=2 main.py
     torchrun --standalone --nproc_per_node=2 main.py trainer.max_epochs=1 model.n_layer=2
     torchrun --standalone --nproc_per_node=2 main.py --data input.txt   # any UTF-8 text
-    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc_per_node=2 \\
-        --max-restarts=1 main.py   # restarted if a worker dies (the variable: lesson 03)
+    torchrun --standalone --nproc_per_node=2 --max-restarts=1 main.py  # restarted if a worker dies
 
 Settings come from train_cfg.yaml beside this file (or --config FILE), then from
 `section.name=value` overrides (config.py); rank 0 prints them all. On a cluster, the
@@ -45,14 +44,12 @@ from trainer import Trainer
 
 from common.cli import LessonArgumentParser
 from common.distributed import (
-    check_gpus_go_round,
     current_rank,
-    device_type,
+    device_for,
     end_process,
-    gloo_over_loopback,
     log0,
-    require_torchrun,
-    world_on_this_machine,
+    store_of_this_attempt,
+    torchrun_env,
 )
 from common.preemption import RESUMABLE_EXIT_CODE, StopRequest, stop_the_agent
 from common.snapshot import SnapshotError
@@ -62,24 +59,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def ddp_setup() -> torch.device:
-    """Join the process group at the address torchrun chose, as the rank it gave us."""
-    require_torchrun(LAUNCH)  # started some other way: one line saying how, then exit
-    # torchrun tells every worker its place in the job through environment variables.
-    local_rank = int(os.environ["LOCAL_RANK"])  # its number on this machine
-    if world_on_this_machine():  # one agent, or a store at 127.0.0.1
-        gloo_over_loopback()  # so gloo does not depend on the machine's name
-    if device_type() == "cuda":  # PyTorch sees a GPU (DDP_DEVICE can override)
-        # Process i of a machine owns GPU i: one line and exit if there are too few.
-        check_gpus_go_round(local_rank)
-        # Without set_device every process would put its CUDA context and nccl's
-        # buffers on GPU 0.
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"  # GPU-to-GPU transfers
-    else:
-        device, backend = torch.device("cpu"), "gloo"  # gloo moves CPU tensors
-    # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment.
-    dist.init_process_group(  # DDP:
-        backend=backend,
+    """Join the process group, as the rank this process was given; return its device."""
+    # DDP: torchrun's LOCAL_RANK, RANK, WORLD_SIZE (without them: one line, and exit)
+    local_rank, global_rank, world_size = torchrun_env(LAUNCH)  # one machine: gloo on loopback
+    device = device_for(local_rank)  # DDP: process i of a machine owns GPU i, or the CPU
+    dist.init_process_group(  # DDP: nccl between GPUs, gloo between CPUs
+        backend=dist.get_default_backend_for_device(device),
+        store=store_of_this_attempt(LAUNCH),  # torchrun's, under this attempt's prefix
+        rank=global_rank,
+        world_size=world_size,
         # On a GPU, device_id binds this process to its GPU: nccl connects now (a wrong
         # setup fails here, not at the first all-reduce) and barrier() knows the GPU.
         device_id=device if device.type == "cuda" else None,

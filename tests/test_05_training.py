@@ -96,7 +96,6 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight
     job = start(
         f"torchrun --standalone --nproc_per_node=2 --max-restarts=1 {MAIN} --data {text} {TINY}",
         cwd=tmp_path / "crashed",
-        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},  # a fresh store per attempt
         quiet=True,
     )
     # The first progress line (every 10 steps) after a snapshot of the second epoch.
