@@ -2,9 +2,6 @@
 
 Used by `trainer.py` (see main.py's docstring for the commands that launch the lesson).
 
-- Global rank 0 alone writes the snapshot (`Trainer._save`), atomically: a new file
-  renamed over the old one (`common.snapshot.save_atomic`), so a crash mid-save leaves
-  the previous snapshot.
 - At start-up every rank reads the snapshot it sees, and all agree on the newest that
   any of them sees, which that rank sends to the others: lesson 04's rule
   (snapshot_placement.py). On one machine every rank reads the same file; on nodes

@@ -55,8 +55,7 @@ class Trainer:
         self.snapshot_path = Path(self.settings.snapshot_path)
         self.metrics_path = Path(self.settings.metrics_path)
         self.step, self.train_seconds = 0, 0.0
-        # Before the DDP wrap, on every rank: all ranks agree on the newest snapshot that
-        # any of them sees, and every replica resumes from that same state (lesson 04).
+        # Before the DDP wrap: every replica resumes from the same snapshot (snapshots.py).
         state = newest_snapshot(self.snapshot_path, device)
         if state is not None:
             self._resume(state)
