@@ -118,24 +118,28 @@ def test_two_writers_of_one_path_never_leave_a_mixed_file(tmp_path):
 
 
 def one_line_error(path) -> str:
+    """The one line load() raises for the file at `path`, which it leaves as it was
+    (the lesson scripts print this line: tests/test_03_fault_tolerance.py)."""
+    before = path.read_bytes()
     with pytest.raises(SnapshotError) as error:
         load(path, KEYS)
     message = str(error.value)
     assert "\n" not in message and str(path) in message and f"delete {path}" in message
+    assert path.read_bytes() == before  # left for the learner to inspect
     return message
 
 
 def test_empty_file(tmp_path):
     path = tmp_path / "snapshot.pt"
     path.touch()
-    assert "is empty" in one_line_error(path)
+    assert f"snapshot {path} is empty; delete {path} to start" in one_line_error(path)
 
 
 def test_truncated_file(tmp_path):
     path = tmp_path / "snapshot.pt"
     save_atomic(state(1), path)
-    path.write_bytes(path.read_bytes()[:200])
-    assert "cannot be read" in one_line_error(path)
+    path.write_bytes(path.read_bytes()[:300])
+    assert one_line_error(path).startswith(f"snapshot {path} cannot be read (")
 
 
 def test_foreign_file(tmp_path):
@@ -153,4 +157,5 @@ def test_a_pickle_with_code_is_refused(tmp_path):
 def test_someone_elses_checkpoint(tmp_path):
     path = tmp_path / "snapshot.pt"
     torch.save({"state_dict": {"w": torch.ones(1)}}, path)
-    assert "is not a snapshot of this script (it has no model, epochs_run)" in one_line_error(path)
+    said = f"{path} is not a snapshot of this script (it has no model, epochs_run); delete {path}"
+    assert said in one_line_error(path)
