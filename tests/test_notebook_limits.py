@@ -84,16 +84,6 @@ def test_the_cell_limit_exceeds_the_limits_written_in_every_cell(notebook):
             )
 
 
-def test_written_limits_counts_explicit_positional_default_and_loop_limits():
-    assert written_limits('run("torchrun a.py", timeout=900)') == 900
-    assert written_limits('run(f"python {x(1)}")\nrun("b", timeout=5)') == 185
-    assert written_limits("a.wait(timeout=60)\nb.wait_for('x', timeout=1)") == 61
-    assert written_limits("a.wait(120, expect_failure=True)\nb.wait_for(r'x (\\d+)', 30)") == 150
-    assert written_limits("    run(c, timeout=40)  # 11 launches: 440 s at most\nwait(5)") == 445
-    loop = "for x in y:  # 3 launches: 180 s at most\n    run(x, timeout=60)\nwait(5)"
-    assert written_limits(loop) == 185
-
-
 def test_a_loop_declares_its_launches_times_its_limit():
     lines = list(loop_lines())
     assert lines, "no notebook declares a loop's launches: the pattern no longer matches"
