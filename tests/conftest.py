@@ -1,11 +1,14 @@
 """Shared fixtures and helpers for the tests."""
 
+import fcntl
 import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -77,6 +80,25 @@ def tracked_texts() -> dict[str, str]:
         ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.split()
     return {name: (REPO / name).read_text(encoding="utf-8", errors="replace") for name in names}
+
+
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder `name`, filled by `make(folder)` once per test run, whichever xdist
+    worker asks first; the other waits for it under a lock and reads the same folder.
+    (A module-scoped fixture runs once per worker that runs a test of the module: the
+    site built, or a run trained, twice. pytest-xdist's docs give this recipe.)"""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (folder / ".made").exists():  # nobody made it, or `make` failed
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
 
 
 def run_forked(commands: list[tuple[Path, list[str]]], cwd: Path) -> list[dict]:

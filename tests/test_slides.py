@@ -9,10 +9,10 @@ from html.parser import HTMLParser
 
 import nbformat
 import pytest
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, made_once
 
 from course.lessons import lesson_notebooks
-from course.slides import deck_of, slide_types, to_slides
+from course.slides import slide_types, to_slides
 from course.speaker_notes import (
     NotesError,
     notes_file,
@@ -21,6 +21,25 @@ from course.speaker_notes import (
 )
 
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
+
+
+def write_every_deck(out):
+    """`python -m course.slides --out OUT`: every lesson's deck, its output kept."""
+    result = subprocess.run(
+        [PYTHON, "-m", "course.slides", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    (out / "stdout.txt").write_text(result.stdout)
+
+
+@pytest.fixture(scope="session")
+def decks(tmp_path_factory):
+    """The folder the command wrote every deck into, once per test run."""
+    return made_once(tmp_path_factory, "decks", write_every_deck)
 
 
 def test_the_rule():
@@ -136,9 +155,10 @@ def headings_in(nb, levels: str) -> list[str]:
 
 
 @pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_a_lesson_deck_has_a_slide_per_heading(notebook):
+def test_a_lesson_deck_has_a_slide_per_heading(notebook, decks):
     nb = nbformat.read(notebook, as_version=4)
-    page = deck_of(notebook)
+    deck_file = decks / "html" / notebook.parent.name / f"{notebook.stem}.slides.html"
+    page = deck_file.read_text(encoding="utf-8")
     deck = Deck(page)
 
     shown = headings_in(nb, "#|##")
@@ -172,19 +192,11 @@ def words(text: str) -> str:
     return re.sub(r"\W", "", html.unescape(text))
 
 
-def test_the_command_writes_every_deck(tmp_path):
-    result = subprocess.run(
-        [PYTHON, "-m", "course.slides", "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    decks = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*.html"))
+def test_the_command_writes_every_deck(decks):
+    written = sorted(path.relative_to(decks).as_posix() for path in decks.rglob("*.html"))
     expected = [f"html/{nb.parent.name}/{nb.stem}.slides.html" for nb in lesson_notebooks([])]
-    assert decks == sorted(expected)
-    assert "(not executed: no outputs)" in result.stdout  # no build/executed/ here
+    assert written == sorted(expected)
+    assert "(not executed: no outputs)" in (decks / "stdout.txt").read_text()  # no executed/
 
 
 @pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
