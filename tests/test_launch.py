@@ -168,12 +168,19 @@ def test_wait_for_times_out_and_kills():
     assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
 
 
-def test_record_puts_the_workers_own_traceback_into_torchruns_report():
+def test_record_puts_the_workers_own_traceback_into_torchruns_report(tmp_path):
     """Lesson 03's claim about @record, on an ordinary exception: without it torchrun's
-    report has no traceback, with it the report ends with the worker's own."""
+    report has no traceback, with it the report ends with the worker's own. And torchrun
+    keeps that error file in a folder of its own, which `start` removes: torchrun's
+    default is a new torchelastic_* folder in the temporary folder, left there after
+    every launch. (The lesson scripts' own @record: tests/test_record.py.)"""
+    children_temp = tmp_path / "temp"  # where torchrun would put its default folder
+    children_temp.mkdir()
     script = f"torchrun --standalone --nproc_per_node=1 {SCRIPTS / 'raises_in_worker.py'}"
     plain = run(script, expect_failure=True, quiet=True)
-    recorded = run(f"{script} --record", expect_failure=True, quiet=True)
+    recorded = run(
+        f"{script} --record", env={"TMPDIR": str(children_temp)}, expect_failure=True, quiet=True
+    )
     for output in (plain, recorded):
         assert "Root Cause (first observed failure)" in output
     plain_report = plain.split("Root Cause")[1]
@@ -181,6 +188,11 @@ def test_record_puts_the_workers_own_traceback_into_torchruns_report():
     assert "error_file: <N/A>" in plain_report and "ValueError" not in plain_report
     assert 'raise ValueError("the worker\'s own error")' in recorded_report
     assert "ValueError: the worker's own error" in recorded_report
+    error_file = Path(re.search(r"error_file: (\S+)", recorded)[1])
+    logs = error_file.parents[3]  # logs/<run id>/attempt_0/<local rank>/error.json
+    assert logs.name.startswith("torchrun-logs-"), error_file
+    assert not logs.exists()
+    assert list(children_temp.iterdir()) == []
 
 
 # What Python 3.13 prints for `raise KeyError(('0', 0))` when FORCE_COLOR is set, as
@@ -241,22 +253,6 @@ def test_a_standalone_worker_finds_the_store_at_127_0_0_1(tmp_path):
     script.write_text("import os; print('MASTER_ADDR', os.environ['MASTER_ADDR'])\n")
     output = run(f"torchrun --standalone --nproc_per_node=1 {script}", quiet=True)
     assert "MASTER_ADDR 127.0.0.1\n" in output
-
-
-def test_torchrun_keeps_its_error_files_in_a_folder_of_its_own_and_leaves_nothing(tmp_path):
-    """torchrun's default is a new torchelastic_* folder in the temporary folder, left
-    there after every launch; `start` gives each launch its own and removes it."""
-    children_temp = tmp_path / "temp"  # where torchrun would put its default folder
-    children_temp.mkdir()
-    script = f"torchrun --standalone --nproc_per_node=1 {SCRIPTS / 'raises_in_worker.py'}"
-    output = run(
-        f"{script} --record", env={"TMPDIR": str(children_temp)}, expect_failure=True, quiet=True
-    )
-    error_file = Path(re.search(r"error_file: (\S+)", output)[1])
-    logs = error_file.parents[3]  # logs/<run id>/attempt_0/<local rank>/error.json
-    assert logs.name.startswith("torchrun-logs-"), error_file
-    assert not logs.exists()
-    assert list(children_temp.iterdir()) == []
 
 
 def test_torchrun_inside_a_wrapper_leaves_nothing_either(tmp_path):

@@ -23,7 +23,7 @@ import time
 
 import nbformat
 import pytest
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, made_once
 from nbclient import NotebookClient
 from playwright.sync_api import Error
 
@@ -89,22 +89,27 @@ def representative_notebook():
     return nb
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """A build folder: lesson 00 executed (the representative notebook), the site, and
-    the decks of the two lessons whose pages are opened here."""
-    build = tmp_path_factory.mktemp("build")
+def build_site(build):
+    """Into `build`: lesson 00 executed (the representative notebook), the site, the
+    decks of the two lessons whose pages are opened here, and Sphinx's exit code."""
     nb = representative_notebook()
     run = {"ok": True, "seconds": 1.0, "date": "2026-11-25", "torch": "t", "python": "p"}
     nb.metadata["course_build"] = run
     (build / "executed" / "00_intro").mkdir(parents=True)
     nbformat.write(nb, build / "executed" / "00_intro" / "00_intro.ipynb")
-    sphinx_exit_code = site.build_site(build)
+    (build / "sphinx_exit_code").write_text(str(site.build_site(build)))
     write_decks(lesson_notebooks(["01_theory"]), build)  # the decks opened here: 01's, and
     # 00's, whose executed copy is the representative notebook, so without 00's notes
     deck = to_slides(nbformat.read(build / "executed" / "00_intro" / "00_intro.ipynb", 4))
     (build / "html" / "00_intro" / "00_intro.slides.html").write_text(deck, encoding="utf-8")
-    return build, sphinx_exit_code
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(the build folder, Sphinx's exit code): built once per test run, by whichever
+    test worker asks first."""
+    build = made_once(tmp_path_factory, "site", build_site)
+    return build, int((build / "sphinx_exit_code").read_text())
 
 
 def test_the_site_builds_without_a_warning(built):
