@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from conftest import REPO, lesson_module
+from conftest import REPO, lesson_module, made_once
 from torch.utils.data import DistributedSampler
 
 from common.launch import run, start
@@ -78,12 +78,16 @@ def train(folder, text, extra="", torchrun_options="", env=None):
     )
 
 
+def train_straight(folder):
+    (folder / "straight.txt").write_text(train(folder / "straight", write_text(folder)))
+
+
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory):
-    """One uninterrupted tiny run, shared: (its folder, its output, the text file)."""
-    folder = tmp_path_factory.mktemp("05_training")
-    text = write_text(folder)
-    return folder / "straight", train(folder / "straight", text), text
+    """One uninterrupted tiny run, shared by every test worker (conftest.made_once): (its
+    folder, its output, the text file)."""
+    folder = made_once(tmp_path_factory, "05_training", train_straight)
+    return folder / "straight", (folder / "straight.txt").read_text(), folder / "text.txt"
 
 
 def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight_run, tmp_path):
