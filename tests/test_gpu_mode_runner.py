@@ -119,30 +119,6 @@ def test_without_a_gpu_the_gpu_mode_says_so_in_one_line():
     ]
 
 
-def test_a_gpu_mode_test_skips_only_on_gpus_that_are_too_few(monkeypatch):
-    import test_gpu_mode
-
-    def runs(fewest: int) -> bool:
-        """Whether a test calling needs_processes(fewest) goes on (not skipped)."""
-        try:
-            test_gpu_mode.needs_processes(fewest)
-        # Catches the skip, does not skip.
-        except pytest.skip.Exception:  # noqa: TID251
-            return False
-        return True
-
-    monkeypatch.setattr(test_gpu_mode, "DEVICE", "cpu")
-    monkeypatch.setattr(test_gpu_mode, "PROCESSES", 2)
-    assert runs(2)  # the CPU suite's 2 processes
-    monkeypatch.setattr(test_gpu_mode, "PROCESSES", 1)
-    with pytest.raises(AssertionError, match="on the CPU this module runs 1"):
-        runs(2)  # never a skip on the CPU
-    monkeypatch.setattr(test_gpu_mode, "DEVICE", "cuda")
-    assert not runs(2)  # one GPU: skipped, "needs 2 GPUs", and the table lists it
-    monkeypatch.setattr(test_gpu_mode, "PROCESSES", 4)
-    assert runs(2) and runs(4)
-
-
 def test_a_launch_past_its_time_limit_is_killed_with_every_process_it_started():
     # A stand-in for torchrun: it starts a worker in a session of its own, as torchrun
     # does (so neither the leader's process group nor its session holds it), with its
