@@ -33,8 +33,9 @@ class Table(NamedTuple):
 TABLES = {
     "pythons": Table(
         "The test suite on each Python",
-        "`python3 -m course.pythons` runs the README's test command in a fresh clone and a fresh\n"
-        "`.venv`, with each promised Python (`--notebooks`: the lesson notebooks only).",
+        "`.venv/bin/nox` (noxfile.py) runs the README's test command in a fresh clone and a\n"
+        "fresh virtual environment, with each promised Python (`-s notebooks`: the lesson\n"
+        "notebooks only).",
         ["Python", "PyTorch", "what ran", "commit", "date", "result", "time", "cores"],
         3,
     ),
