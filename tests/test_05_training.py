@@ -68,7 +68,7 @@ STEPS_PER_EPOCH = steps_per_epoch()
 
 def train(folder, text, extra="", torchrun_options="", env=None):
     folder.mkdir()
-    return run(
+    output = run(
         f"torchrun --standalone --nproc_per_node=2 {torchrun_options} {MAIN} --data {text} "
         f"{TINY} {extra}",
         cwd=folder,
@@ -76,18 +76,15 @@ def train(folder, text, extra="", torchrun_options="", env=None):
         quiet=True,
         env=env,
     )
-
-
-def train_straight(folder):
-    (folder / "straight.txt").write_text(train(folder / "straight", write_text(folder)))
+    (folder / "output.txt").write_text(output)  # for the tests that share the run
+    return output
 
 
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory):
-    """One uninterrupted tiny run, shared by every test worker (conftest.made_once): (its
-    folder, its output, the text file)."""
-    folder = made_once(tmp_path_factory, "05_training", train_straight)
-    return folder / "straight", (folder / "straight.txt").read_text(), folder / "text.txt"
+    """One uninterrupted tiny run, once per test run: (its folder, its output, the text)."""
+    made = made_once(tmp_path_factory, "05_training", lambda f: train(f / "run", write_text(f)))
+    return made / "run", (made / "run" / "output.txt").read_text(), made / "text.txt"
 
 
 def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight_run, tmp_path):
