@@ -6,7 +6,7 @@ command in the clone; its result replaces the row of its configuration in docs/r
 
     .venv/bin/nox                     # the whole suite on 3.10, 3.11, 3.12 and 3.13
     .venv/bin/nox -s suite-3.13       # on one of them
-    .venv/bin/nox -s suite-3.13 -- tests/test_results.py   # pytest's arguments, not all
+    .venv/bin/nox -s suite-3.13 -- tests/test_course_results.py   # pytest's arguments, not all
     .venv/bin/nox -s notebooks-3.13   # the lesson notebooks only
     .venv/bin/nox -s newest_notebooks # what .ci/run adds after the suite
 

@@ -1,7 +1,7 @@
 """Coding exercises: check a learner's answer from a notebook cell.
 
 Used by the "Exercises" section of every lesson notebook, and by
-`tests/test_exercises.py`, which runs every check against the solutions.
+`tests/test_course_exercises.py`, which runs every check against the solutions.
 
 Each lesson folder has an `exercises/` folder:
 

@@ -7,8 +7,9 @@ a table of what ran, on which device, and how it ended.
 Three parts, run in turn, so that a GPU never has two jobs at once (two would share its
 memory, nccl's 3 and 10 s timeouts would time out waiting for the other, and a GPU in
 exclusive-process mode refuses a second):
-- tests: tests/test_gpu_mode.py and tests/test_gpu_checks.py with COURSE_TEST_DEVICE=cuda,
-  what the lessons claim, asserted on the GPUs (one process per GPU, at most 4);
+- tests: tests/test_gpu_mode.py and tests/test_common_distributed_gpus.py with
+  COURSE_TEST_DEVICE=cuda, what the lessons claim, asserted on the GPUs (one process per
+  GPU, at most 4);
 - scripts: every lesson script (course.launches) with DDP_DEVICE=cuda, one process per
   GPU (at most 4), one launch at a time, each of which must exit 0;
 - notebooks: every lesson notebook under nbmake, each on the device its first cell
@@ -39,7 +40,7 @@ from course import results
 from course.launches import LAUNCHES, Launch, run_once
 from course.lessons import REPO, declaration, lesson_notebooks
 
-TESTS = ["tests/test_gpu_mode.py", "tests/test_gpu_checks.py"]
+TESTS = ["tests/test_gpu_mode.py", "tests/test_common_distributed_gpus.py"]
 PARTS = ("tests", "scripts", "notebooks")
 MOST_PROCESSES = 4  # one per GPU, at most 4: the lessons' largest worlds
 SCRIPT_TIME_LIMIT = 300  # seconds per script launch

@@ -15,7 +15,7 @@ its notes, the next page's title and a clock; the two windows step together).
 Which cells make the talk is in each cell's `metadata.slideshow.slide_type`, the
 field nbconvert and Jupyter's slideshow tools read (`slide`, `subslide`, `fragment`,
 `skip`, `notes`, `-`). The rule that sets it is `slide_types` below. The lesson
-notebooks store its result in every cell, and `tests/test_slides.py` checks that the
+notebooks store its result in every cell, and `tests/test_course_slides.py` checks that the
 stored types are the rule's; `to_slides` applies it to cells that have none (a notebook
 from elsewhere). So it is decided in one place:
 

@@ -20,7 +20,7 @@ them, but an instructor could not edit them in Jupyter's editor, and every note 
 be one long escaped JSON string, whose diff is the whole note for a one-word change. A
 Markdown file opens in JupyterLab's editor or any other, wraps its lines, and diffs line
 by line; keyed by the page's title, it reads in the order of the talk, and a renamed
-heading or a page without notes fails `tests/test_slides.py` by name.
+heading or a page without notes fails `tests/test_course_slides.py` by name.
 """
 
 import re

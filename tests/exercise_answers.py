@@ -1,6 +1,6 @@
 """Answers to the coding exercises that their checks must judge right: plausible
 mistakes, each of which must fail its check with a message that says what is wrong,
-and correct answers unlike the solution, each of which must pass (tests/test_exercises.py
+and correct answers unlike the solution, each of which must pass (tests/test_course_exercises.py
 runs them)."""
 
 from atomic_save_answers import ATOMIC_SAVE_RIGHT, ATOMIC_SAVE_WRONG

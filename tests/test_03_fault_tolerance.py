@@ -49,7 +49,7 @@ def foreign_checkpoint(path):
 
 
 # One kind of bad file per script: every SnapshotError takes the same path through the
-# script (each kind's message is tests/test_snapshot.py's; an empty snapshot under
+# script (each kind's message is tests/test_common_snapshot.py's; an empty snapshot under
 # torchrun, the 03 part 3 notebook's check). Someone else's checkpoint shows the keys
 # that this script's snapshots hold.
 @pytest.mark.parametrize("script", [SCRIPT, PREEMPTIBLE], ids=["part1", "part3"])

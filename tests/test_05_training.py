@@ -251,7 +251,7 @@ def test_a_snapshot_path_under_a_file_is_refused_in_one_line(tmp_path):
 def test_a_global_batch_that_does_not_divide_among_the_processes_is_refused(tmp_path):
     """Checked once the world size is known. (The notebook checks that a finished run
     says so, and that trainer.max_steps stops mid-epoch with a validation and a
-    snapshot; test_launched_wrong, that a warm-up as long as the run is refused.)"""
+    snapshot; test_scripts, that a warm-up as long as the run is refused.)"""
     line = refused(tmp_path, "trainer.global_batch_size=15", "does not divide")
     assert "trainer.global_batch_size=15 does not divide among 2 processes: use a multiple" in line
 

@@ -10,10 +10,10 @@ plain suite skips this module: there each claim is already proven on the noteboo
 and the tests' own launches, with gloo and 2 to 4 processes:
 - each rank joins and all_reduce sums the ranks: 00_intro's check cell (2, 3, 4 ranks);
 - the ring equals dist.all_reduce: 01_theory's check cell (2 and 4 ranks) and
-  tests/test_01_scripts.py (3 ranks, and a world of 1);
+  tests/test_01_theory.py (3 ranks, and a world of 1);
 - every tensor of the trainer on the process's own device: on a CPU there is one;
-  the choice of cuda:<local rank> is tests/test_gpu_checks.py's, on faked GPUs;
-- DDP makes the replicas equal: 01_theory's check cell and tests/test_01_scripts.py;
+  the choice of cuda:<local rank> is tests/test_common_distributed_gpus.py's, on faked GPUs;
+- DDP makes the replicas equal: 01_theory's check cell and tests/test_01_theory.py;
 - multigpu.py under mp.spawn trains and saves model.module: 02_multigpu's check cell;
 - communication hooks (bytes sent, DDP's average by hand): 02 part 3's check cell;
 - SyncBatchNorm by all-reduce equals one process, nn.SyncBatchNorm refused on the
@@ -22,7 +22,7 @@ and the tests' own launches, with gloo and 2 to 4 processes:
 - a stop heard by one rank, agreed by all, resumes exactly: 03 part 3's check cell;
 - a crash and restart end with the uninterrupted weights and random states: 03's
   check cell;
-- every rank gets its own generators back: tests/test_random_state.py (this module
+- every rank gets its own generators back: tests/test_common_random_state.py (this module
   runs its very `check_world` on the GPUs);
 - the GPT learns: 05_mingpt's check cells, and tests/test_05_training.py.
 (The suite forces the rest of the tests onto the CPU: conftest.)
@@ -41,7 +41,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import REPO, lesson_module
-from test_random_state import check_world
+from test_common_random_state import check_world
 
 from common.launch import run, start
 from common.ports import free_port

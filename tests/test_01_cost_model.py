@@ -2,7 +2,7 @@
 against what it models (the ring simulation's messages, DDP's own bucketing), the fit
 against data made from known alpha and beta, the checks against data made from wrong
 cost models (they must fail) and from the ring (it must pass), and the step timeline on
-cases worked out by hand. The predictions at scale: tests/test_at_scale.py."""
+cases worked out by hand. The predictions at scale: tests/test_01_at_scale.py."""
 
 import random
 

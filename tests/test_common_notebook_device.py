@@ -1,6 +1,6 @@
 """Every notebook decides its device once, before its first launch, for every launch it
 makes: on faked machines of 0 to 8 GPUs, all of a notebook's launches get one device.
-(tests/test_launch.py shows that the launches inherit the choice and that a launch
+(tests/test_common_launch.py shows that the launches inherit the choice and that a launch
 bigger than declared is refused; the CPU suite runs every launch, so every notebook's
 declaration holds for the launches it makes.)"""
 

@@ -11,7 +11,7 @@ the home page, lesson 00's page and deck, a script page and its lesson's list of
 WORKSHOP, CONTRIBUTING and the reference pages, a lesson without outputs; and a search
 is run. `python -m course.browser_check`
 opens every page of a full build. And a broken page, to show the check fails when it
-should. (A deck's steps and its speaker window: tests/test_decks.py.)
+should. (A deck's steps and its speaker window: tests/test_course_slides_in_browser.py.)
 
 Chromium comes from `python3 -m course.system_packages` (CI runs it as root first);
 without it the browser tests skip and say why, or fail under COURSE_STRICT=1."""

@@ -46,6 +46,6 @@ def test_no_command_uses_torchruns_log_redirection():
     users = [
         name
         for name, text in tracked_texts().items()
-        if name != "tests/test_lint.py" and command.search(text)
+        if name != "tests/test_repo_lint.py" and command.search(text)
     ]
     assert users == []

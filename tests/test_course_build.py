@@ -1,6 +1,6 @@
 """The build: notebooks executed in this Python, and how the site shows them (a page
 per notebook with its run, deck and scripts; a page per script). Sphinx's build of the
-whole site, and the site in a browser: test_site.py."""
+whole site, and the site in a browser: test_course_site.py."""
 
 import json
 import os

@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 import pytest
 import torch
 from conftest import skip_or_fail
-from test_decks import in_chromium
+from test_course_slides_in_browser import in_chromium
 
 from common.ring_sim import simulate_ring_all_reduce
 from common.ring_stepper import stepper_html, stepper_states

@@ -173,7 +173,7 @@ def test_record_puts_the_workers_own_traceback_into_torchruns_report(tmp_path):
     report has no traceback, with it the report ends with the worker's own. And torchrun
     keeps that error file in a folder of its own, which `start` removes: torchrun's
     default is a new torchelastic_* folder in the temporary folder, left there after
-    every launch. (The lesson scripts' own @record: tests/test_record.py.)"""
+    every launch. (The lesson scripts' own @record: tests/test_03_record.py.)"""
     children_temp = tmp_path / "temp"  # where torchrun would put its default folder
     children_temp.mkdir()
     script = f"torchrun --standalone --nproc_per_node=1 {SCRIPTS / 'raises_in_worker.py'}"

@@ -116,7 +116,7 @@ def check_world(rank, world_size, port):
 
 
 # World 3 (uneven chunks at every size) is checked by the script's own run in
-# test_01_scripts; here the traffic is counted at 2 (left == right) and 4 (2(N-1)/N = 1.5).
+# test_01_theory; here the traffic is counted at 2 (left == right) and 4 (2(N-1)/N = 1.5).
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n(world_size, monkeypatch):
     # One thread per spawned process, for this test only (monkeypatch restores it).
