@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, end_process, log, torchrun_env
+from common.distributed import device_for, end_process, log, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 hello_torchrun.py"
 
@@ -30,7 +30,7 @@ def main():
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
 
     device = device_for(local_rank)
-    backend = backend_for(device.type)
+    backend = dist.get_default_backend_for_device(device)
     # Reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE from the environment that
     # torchrun set, and blocks until all world_size processes have joined.
     dist.init_process_group(

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=3 collectives_tour.py"
 SUM = dist.ReduceOp.SUM
@@ -262,7 +262,7 @@ def main():
 
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     log0(f"collectives tour on {world_size} ranks, backend {dist.get_backend()}")

@@ -45,7 +45,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.nn.parallel import distributed as ddp_source
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_buckets.py"
 # DDP's default bucket cap: a named constant since PyTorch 2.12, the same 25 written
@@ -159,7 +159,7 @@ def main():
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
 

@@ -36,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from common.cli import LessonArgumentParser, positive_int
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_profile.py --out traces"
 JOBS = ("overlap", "after_backward")
@@ -137,7 +137,7 @@ def main():
         # to see them.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     for job in JOBS:

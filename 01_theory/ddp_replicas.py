@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from common.cli import LessonArgumentParser
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
+from common.distributed import device_for, end_process, log, log0, torchrun_env
 from common.models import regression_model
 from common.ring import ring_all_reduce
 
@@ -72,7 +72,7 @@ def main():
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
 

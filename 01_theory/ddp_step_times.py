@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser, positive_int, positive_number
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_step_times.py"
 
@@ -145,7 +145,7 @@ def main():
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     layer_mb = (args.width * args.width + args.width) * 4 / 2**20

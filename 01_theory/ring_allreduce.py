@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 from common.ring import PIECE_BYTES, ring_all_reduce, ring_all_reduce_straightforward
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ring_allreduce.py"
@@ -218,7 +218,7 @@ def main():
 
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     if not args.skip_check:

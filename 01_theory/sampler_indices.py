@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=4 sampler_indices.py"
 
@@ -90,7 +90,7 @@ def main():
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
 

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, end_process, log, torchrun_env
+from common.distributed import device_for, end_process, log, torchrun_env
 from common.models import regression_model
 from common.snapshot import save_atomic
 
@@ -40,7 +40,7 @@ def main() -> None:
     local_rank, global_rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
 

@@ -29,7 +29,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common.cli import LessonArgumentParser
 from common.data import IN_FEATURES, SyntheticRegression
 from common.distributed import (
-    backend_for,
     device_for,
     device_type,
     end_process,
@@ -92,7 +91,7 @@ def main() -> None:
     # ("Attempt to perform collective on tensor not on device passed to
     # init_process_group"); unbound, nccl connects per GPU at their first collective.
     dist.init_process_group(
-        backend=backend_for(first.type),
+        backend=dist.get_default_backend_for_device(first),
         device_id=first if first.type == "cuda" and first == second else None,
     )
     log(f"stage 1 on {first}, stage 2 on {second}")

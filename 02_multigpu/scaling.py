@@ -33,7 +33,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from common.cli import LessonArgumentParser
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 from common.models import scaling_model
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 scaling.py [--threads 1] [--samples 8192]"
@@ -58,7 +58,7 @@ def main() -> None:
 
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     dataset = SyntheticRegression(size=args.samples)

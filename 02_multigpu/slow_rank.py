@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser, positive_seconds
-from common.distributed import backend_for, device_for, end_process, log, torchrun_env
+from common.distributed import device_for, end_process, log, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 slow_rank.py --delays 1 30 --timeout 3"
 SLOW_RANK = 1
@@ -56,7 +56,7 @@ def main() -> None:
     device = device_for(local_rank)
     # Joining waits, under the default timeout, for the last process to start.
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     # The short timeout, for the all_reduces: a group of every rank, made with it (every

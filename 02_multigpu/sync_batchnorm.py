@@ -35,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
 from common.data import IN_FEATURES, SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 sync_batchnorm.py [--steps 10]"
 BATCH_SIZE = 8  # per rank: small, so that local statistics are noisy
@@ -136,7 +136,7 @@ def main() -> None:
     local_rank, _, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     baseline = train_one_process(args.steps, world_size, device)  # alike on every rank

@@ -52,7 +52,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser, positive_seconds
 from common.data import SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log, torchrun_env
+from common.distributed import device_for, end_process, log, torchrun_env
 from common.models import regression_model
 from common.traffic import counting_all_reduce
 
@@ -88,7 +88,7 @@ def main() -> None:
         )
     # Joining waits, under the default timeout, for the last process to start.
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     # The short timeout, for training: DDP's collectives, Join's and the barrier run

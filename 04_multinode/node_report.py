@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 from common.cli import LessonArgumentParser, positive_seconds
-from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
+from common.distributed import device_for, end_process, log, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 node_report.py"
 
@@ -72,7 +72,7 @@ def main() -> None:
         f"GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '(unset)')}"
     )
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
         timeout=timedelta(seconds=args.timeout),
     )

@@ -1,5 +1,6 @@
-"""Helpers every lesson script shares: which device and backend to use, where this
-process sits in the world, and printing that says which rank is talking.
+"""Helpers every lesson script shares: which device to use, where this process sits in
+the world, and printing that says which rank is talking. (The backend is PyTorch's own
+choice for the device, `dist.get_default_backend_for_device`, called in each script.)
 
 Introduced in 00_intro; used by every lesson script.
 
@@ -46,13 +47,6 @@ def cuda_gpus() -> int:
     if accelerator is None or accelerator.type != "cuda":
         return 0
     return torch.accelerator.device_count()
-
-
-def backend_for(device: str) -> str:
-    """nccl moves CUDA tensors between GPUs; gloo moves CPU tensors (and runs anywhere).
-    PyTorch keeps that table itself: `dist.get_default_backend_for_device` ("cuda" ->
-    "nccl", "cpu" -> "gloo")."""
-    return dist.get_default_backend_for_device(device)
 
 
 def device_for(local_rank: int) -> torch.device:

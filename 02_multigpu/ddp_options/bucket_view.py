@@ -37,7 +37,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser, positive_int
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 bucket_view.py [--layers 1 2 4]"
 WIDTH = 4096  # a 4096 x 4096 float32 layer: 64 MB
@@ -114,7 +114,7 @@ def main() -> None:
     local_rank, _, _ = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
 

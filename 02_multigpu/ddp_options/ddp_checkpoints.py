@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
 from common.data import IN_FEATURES
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 from common.snapshot import save_atomic
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 ddp_checkpoints.py --folder FOLDER"
@@ -54,7 +54,7 @@ def main() -> None:
     local_rank, rank, _ = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     device_ids = [device.index] if device.type == "cuda" else None

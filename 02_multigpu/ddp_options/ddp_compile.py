@@ -52,7 +52,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser
-from common.distributed import backend_for, device_for, end_process, log0, torchrun_env
+from common.distributed import device_for, end_process, log0, torchrun_env
 from common.replicas import flat_parameters
 
 LAUNCH = (
@@ -175,7 +175,7 @@ def main() -> None:
     local_rank, _, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
 

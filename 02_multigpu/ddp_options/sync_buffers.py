@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import IN_FEATURES, SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
+from common.distributed import device_for, end_process, log, log0, torchrun_env
 from common.replicas import largest_difference_between_ranks
 from common.versions import needs_torch
 
@@ -102,7 +102,7 @@ def main() -> None:
     local_rank, rank, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
     rank_0s_only = running_mean_over([0], args.steps, world_size, device)

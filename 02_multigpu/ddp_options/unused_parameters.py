@@ -38,7 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.cli import LessonArgumentParser, positive_int
 from common.data import IN_FEATURES, SyntheticRegression
-from common.distributed import backend_for, device_for, end_process, log, log0, torchrun_env
+from common.distributed import device_for, end_process, log, log0, torchrun_env
 from common.replicas import flat_parameters, largest_difference_between_ranks
 
 LAUNCH = "torchrun --standalone --nproc_per_node=2 unused_parameters.py [--layers 64]"
@@ -167,7 +167,7 @@ def main() -> None:
     local_rank, _, world_size = torchrun_env(launch_hint=LAUNCH)
     device = device_for(local_rank)
     dist.init_process_group(
-        backend=backend_for(device.type),
+        backend=dist.get_default_backend_for_device(device),
         device_id=device if device.type == "cuda" else None,  # nccl: this GPU, connect now
     )
 
