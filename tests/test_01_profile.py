@@ -116,9 +116,8 @@ def test_ddp_reads_as_overlap_and_the_job_without_it_as_none(tmp_path):
         for step in overlap:
             assert [round(b.megabytes, 3) for b in step.buckets] == [1.002, 7.014], step
             # launched during the backward, whatever the load; when gloo's thread runs
-            # it (hidden) is up to the cores (01's notebook prints it)
-            launched = min(bucket.launched for bucket in step.buckets)
-            assert launched < step.backward_ended and step.exposed() > 0, step
+            # it (hidden, exposed) is up to the cores (01's notebook prints both)
+            assert min(bucket.launched for bucket in step.buckets) < step.backward_ended, step
         for step in reader.read_steps(tmp_path / "after_backward" / f"rank{rank}.json"):
             assert [round(b.megabytes, 3) for b in step.buckets] == [8.016], step
             assert step.hidden() == 0 and step.exposed() > 0, step
