@@ -82,6 +82,16 @@ def tracked_texts() -> dict[str, str]:
     return {name: (REPO / name).read_text(encoding="utf-8", errors="replace") for name in names}
 
 
+def lesson_scripts() -> list[Path]:
+    """Every lesson script: a file of a lesson folder with a `__main__` block (the modules
+    beside the scripts are imported, not run), the exercises' files aside."""
+    return [
+        path
+        for path in sorted(REPO.glob("[0-9][0-9]_*/**/*.py"))
+        if "exercises" not in path.parts and '__name__ == "__main__"' in path.read_text()
+    ]
+
+
 def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
     """The folder `name`, filled by `make(folder)` once per test run, whichever xdist
     worker asks first; the other waits for it under a lock and reads the same folder.

@@ -5,7 +5,7 @@ run, the exit code) and leave out only the interpreter's teardown."""
 import os
 import subprocess
 
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, lesson_scripts
 
 SCRIPT = """
 import atexit, sys
@@ -55,14 +55,7 @@ def test_course_teardown_python_ends_as_scripts_did_before_end_process():
 
 
 def test_every_lesson_script_that_joins_a_process_group_ends_through_it():
-    # Scripts: a file with a __main__ block (the modules beside them are imported).
-    scripts = [
-        path
-        for path in sorted(REPO.glob("[0-9][0-9]_*/**/*.py"))
-        if "init_process_group(" in (text := path.read_text())
-        and '__name__ == "__main__"' in text
-        and "solutions" not in path.parts
-    ]
+    scripts = [path for path in lesson_scripts() if "init_process_group(" in path.read_text()]
     assert len(scripts) >= 15, scripts  # the lessons' DDP scripts, found
     missing = [
         str(path.relative_to(REPO)) for path in scripts if "end_process(" not in path.read_text()

@@ -8,7 +8,7 @@ import sys
 
 import psutil
 import pytest
-from conftest import PYTHON, REPO, fake_cuda_gpus
+from conftest import PYTHON, REPO, fake_cuda_gpus, lesson_scripts
 
 from course import gpu_mode
 from course.launches import LAUNCHES, run_once
@@ -22,13 +22,10 @@ NOT_LAUNCHED = {
 
 
 def test_every_script_that_joins_a_process_group_is_launched():
-    # Scripts: a file with a __main__ block (the modules beside them are imported).
     joining = {
         str(path.relative_to(REPO))
-        for path in REPO.glob("[0-9][0-9]_*/**/*.py")
-        if "init_process_group" in (text := path.read_text())
-        and '__name__ == "__main__"' in text
-        and "exercises" not in path.parts
+        for path in lesson_scripts()
+        if "init_process_group" in path.read_text()
     }
     launched = {launch.script for launch in LAUNCHES}
     assert joining - launched == set(NOT_LAUNCHED)

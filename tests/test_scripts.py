@@ -12,12 +12,9 @@ import shlex
 import subprocess
 
 import pytest
-from conftest import PYTHON, REPO, lesson_module, made_once, run_forked
+from conftest import PYTHON, REPO, lesson_module, lesson_scripts, made_once, run_forked
 
 from course.launches import LAUNCHES
-
-LESSONS = ["00_intro", "01_theory", "02_multigpu", "03_fault_tolerance", "04_multinode"]
-LESSONS += ["05_mingpt"]
 
 # Each script's smallest correct arguments (as a learner would type them).
 CORRECT_ARGUMENTS = {
@@ -134,15 +131,6 @@ COMPARED_SCRIPT = "00_intro/hello_torchrun.py"
 COMPARED_ARGUMENTS = [[], ["--bogus"], ["--epochs", "x"]]
 
 
-def lesson_scripts() -> set[str]:
-    found = set()
-    for lesson in LESSONS:
-        for path in (REPO / lesson).rglob("*.py"):
-            if 'if __name__ == "__main__":' in path.read_text():
-                found.add(path.relative_to(REPO).as_posix())
-    return found
-
-
 def is_torchrun_script(script: str) -> bool:
     """True for the scripts that torchrun starts: they read what torchrun sets."""
     text = (REPO / script).read_text()
@@ -207,7 +195,9 @@ def hint_for(script: str, launched) -> str:
 
 
 def test_every_lesson_script_is_in_the_table():
-    assert lesson_scripts() == set(CORRECT_ARGUMENTS)
+    assert {path.relative_to(REPO).as_posix() for path in lesson_scripts()} == set(
+        CORRECT_ARGUMENTS
+    )
 
 
 @pytest.mark.parametrize("script", sorted(CORRECT_ARGUMENTS))
