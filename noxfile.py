@@ -8,7 +8,6 @@ command in the clone; its result replaces the row of its configuration in docs/r
     .venv/bin/nox -s suite-3.13       # on one of them
     .venv/bin/nox -s suite-3.13 -- tests/test_course_results.py   # pytest's arguments, not all
     .venv/bin/nox -s notebooks-3.13   # the lesson notebooks only
-    .venv/bin/nox -s newest_notebooks # what .ci/run adds after the suite
 
 Run it after any change to how the scripts start, print or end (an interpreter's output
 changes between releases: Python 3.13 colours tracebacks).
@@ -20,7 +19,6 @@ is skipped, and nox's summary says so; with COURSE_STRICT=1 (CI) it fails instea
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,20 +55,6 @@ if shutil.which("pyenv"):
     os.environ["PYENV_VERSION"] = ":".join(reversed(installed.stdout.split()))
 
 COMMIT, CHANGED = results.head()  # once: every session tests the same commit
-FOUND = [version for version in PROMISED if shutil.which(f"python{version}")]
-OWN = f"{sys.version_info.major}.{sys.version_info.minor}"  # the Python nox runs on
-
-
-def newer(found: list[str], own: str) -> tuple[str | None, str]:
-    """The newest of `found` if it is newer than `own`; else None, and why."""
-    if not found:
-        return None, "none of the promised Pythons is here (python3.X on the PATH, or pyenv)"
-    if tuple(map(int, found[-1].split("."))) <= tuple(map(int, own.split("."))):
-        return None, f"{found[-1]} is the newest promised Python here, and nox's own"
-    return found[-1], ""
-
-
-NEWEST, WHY_NOT = newer(FOUND, OWN)
 
 
 @nox.session(python=PROMISED)
@@ -83,14 +67,6 @@ def suite(session):
 @nox.session(python=PROMISED)
 def notebooks(session):
     """The README's test command on the lesson notebooks only."""
-    tested(session, "the notebooks", LESSONS)
-
-
-@nox.session(python=NEWEST or False)
-def newest_notebooks(session):
-    """The lesson notebooks on the newest promised Python, if newer than nox's own."""
-    if not NEWEST:
-        session.skip(f"{WHY_NOT}: the suite ran on it already")
     tested(session, "the notebooks", LESSONS)
 
 
