@@ -35,8 +35,29 @@ def test_the_solution_passes_its_check(lesson, name, function):
 
 @pytest.mark.parametrize("lesson, name, function", EXERCISES)
 def test_the_untouched_exercise_is_not_attempted(lesson, name, function):
+    # Recognised from the text (an exercise's world is not started to hear the raise).
+    assert exercises.untouched(exercise_path(lesson, name)) == function
+    assert exercises.untouched(solution_path(lesson, name)) is None
     verdict = evaluate(lesson, name)
     assert verdict == f"not attempted yet: edit exercises/{name}.py (the TODO in {function})"
+
+
+def test_an_answer_that_may_return_runs_even_with_the_todo_left_below(tmp_path):
+    """A learner who wrote the answer above the TODO's raise and left the raise: the
+    answer runs in its world (and passes); without the `return`, it is not attempted,
+    said without starting a world."""
+    todo = exercise_path("00_intro", "gather_pids").read_text()
+    raise_line = next(line for line in todo.splitlines() if "raise NotImplementedError" in line)
+    answer = "    gathered = [torch.zeros_like(mine) for _ in range(world_size)]\n"
+    answer += "    dist.all_gather(gathered, mine)\n"
+    left_in = tmp_path / "gather_pids.py"
+    left_in.write_text(
+        todo.replace(raise_line, answer + "    return [int(t) for t in gathered]\n" + raise_line)
+    )
+    assert evaluate("00_intro", "gather_pids", left_in).startswith("correct: ")
+    no_return = tmp_path / "no_return.py"
+    no_return.write_text(todo.replace(raise_line, answer + raise_line))
+    assert exercises.untouched(no_return) == "gather_pids"
 
 
 def answer_file(tmp_path, lesson, name, right, replacement):
