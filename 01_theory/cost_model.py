@@ -77,19 +77,6 @@ def two_level_seconds(
     return inner + ring_seconds(nbytes / gpus_per_node, nodes, across)
 
 
-def quickest_rows(rows: list[dict], same: tuple[str, ...], seconds_key: str) -> list[dict]:
-    """Of the rows that measured the same thing (equal in every field of `same`), the one
-    with the smallest `seconds_key`, in the order each thing was first measured: the
-    minimum, as within a run, so that one estimator serves all-reduces and steps alike.
-    A busy spell can outlast one run; rounds seconds apart drop most of it."""
-    quickest = {}
-    for row in rows:
-        key = tuple(row[field] for field in same)
-        if key not in quickest or row[seconds_key] < quickest[key][seconds_key]:
-            quickest[key] = row
-    return list(quickest.values())
-
-
 def fit_alpha_beta(rows: list[dict], seconds_key: str) -> Link:
     """alpha and beta of the ring formula that best fit measured all-reduces.
 
