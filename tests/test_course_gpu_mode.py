@@ -89,14 +89,15 @@ def test_the_pytest_reports_are_read_test_by_test(tmp_path):
 
 
 def test_the_command_runs_scripts_and_ends_with_the_table(tmp_path):
-    two = ["--scripts", "hello_torchrun", "collectives_tour", "--logs", str(tmp_path)]
+    # One launch of each kind the table shows: torchrun's 2 processes, and python's 1.
+    two = ["--scripts", "hello_torchrun", "single_gpu", "--logs", str(tmp_path)]
     command = [PYTHON, "-m", "course.gpu_mode", "--device", "cpu", "--parts", "scripts", *two]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = re.findall(r"^scripts +(\S+) x(\d) +(\S+) +\d+  (.+)$", done.stdout, re.M)
     assert rows == [
         ("00_intro/hello_torchrun.py", "2", "cpu", "passed"),
-        ("01_theory/collectives_tour.py", "2", "cpu", "passed"),
+        ("02_multigpu/single_gpu.py", "1", "cpu", "passed"),
     ]
     assert done.stdout.rstrip().endswith("2 passed")
     log = (tmp_path / "scripts.log").read_text()
