@@ -113,12 +113,11 @@ def untouched(path: str | Path) -> str | None:
     and no `return` comes before it. None if there is none: then the answer runs, and says
     for itself whether it is done."""
     for function in ast.walk(ast.parse(Path(path).read_text())):
-        if not isinstance(function, ast.FunctionDef):
-            continue
-        todo = next((s for s in _unconditional(function.body) if _raises_todo(s)), None)
-        returns = [s for s in ast.walk(function) if isinstance(s, (ast.Return, ast.Yield))]
-        if todo is not None and all(s.lineno > todo.lineno for s in returns):
-            return function.name
+        if isinstance(function, ast.FunctionDef):
+            todo = next((s for s in _unconditional(function.body) if _raises_todo(s)), None)
+            returns = [s for s in ast.walk(function) if isinstance(s, (ast.Return, ast.Yield))]
+            if todo is not None and all(s.lineno > todo.lineno for s in returns):
+                return function.name
     return None
 
 
@@ -293,14 +292,6 @@ def _failure(rank: int, error: str, answers: list[Path]) -> str:
 
 if __name__ == "__main__":
     runner_file, runner_name, path, rank, world_size, store, timeout, answer = sys.argv[1:]
-    _world_worker(
-        runner_file,
-        runner_name,
-        path,
-        int(rank),
-        int(world_size),
-        store,
-        float(timeout),
-        answer,
-    )
+    _world_worker(runner_file, runner_name, path, int(rank), int(world_size), store,
+                  float(timeout), answer)  # fmt: skip
     end_process()  # not Python's teardown: see common.distributed.end_process
