@@ -33,17 +33,22 @@ ASKED = {
 }
 
 
-def batch_step_environment(lesson: Path, **variables: str) -> dict[str, str]:
+def batch_step(name: str, cwd: Path, path: str = "", **variables: str):
+    """Run slurm/<name> as Slurm's batch step would, with `variables` in its environment
+    (and `path` as its PATH, if given)."""
+    lesson, arguments = SCRIPTS[name]
     environment = {
         **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PATH": path or f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "SLURM_SUBMIT_DIR": str(lesson),
         **variables,
     }
     for variable in ("SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_NNODES", "PYTHON", "DDP_DEVICE"):
         if variable not in variables:
             environment.pop(variable, None)  # any use of them would fail under `set -u`
-    return environment
+    command = ["bash", lesson / "slurm" / name, *arguments]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=environment,
+                          timeout=120)  # fmt: skip
 
 
 # The stop in one line happens only where torch sees no GPU; CI has none, so CI never skips it.
@@ -51,15 +56,8 @@ def batch_step_environment(lesson: Path, **variables: str) -> dict[str, str]:
 @pytest.mark.parametrize("asked", sorted(ASKED))
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_gpus_given_and_not_seen_stop_the_job_in_one_line(name, asked, tmp_path):
-    lesson, arguments = SCRIPTS[name]
-    result = subprocess.run(
-        ["bash", lesson / "slurm" / name, *arguments],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=batch_step_environment(lesson, **ASKED[asked]),
-        timeout=120,
-    )
+    arguments = SCRIPTS[name][1]
+    result = batch_step(name, tmp_path, **ASKED[asked])
     assert (result.returncode, result.stdout) == (2, ""), result
     assert result.stderr == (
         f"{name}: Slurm gave the job 4 GPU(s) on {os.uname().nodename}, but PyTorch sees "
@@ -70,15 +68,7 @@ def test_gpus_given_and_not_seen_stop_the_job_in_one_line(name, asked, tmp_path)
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_a_python_without_torch_is_named_in_one_line(name, tmp_path):
-    lesson, arguments = SCRIPTS[name]
-    result = subprocess.run(
-        ["bash", lesson / "slurm" / name, *arguments],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=batch_step_environment(lesson, PYTHON="false"),
-        timeout=60,
-    )
+    result = batch_step(name, tmp_path, PYTHON="false")
     assert (result.returncode, result.stdout) == (2, ""), result
     assert result.stderr == (
         f"{name}: false cannot import torch on {os.uname().nodename}; set PYTHON to the "
@@ -121,12 +111,14 @@ fi
 
 
 def run_with_stand_ins(name: str, tmp_path: Path, gpus_seen: int, **variables: str) -> str:
-    lesson, arguments = SCRIPTS[name]
     for program, text in STAND_INS.items():
         (tmp_path / program).write_text(text)
         (tmp_path / program).chmod(0o755)
-    environment = batch_step_environment(
-        lesson,
+    result = batch_step(
+        name,
+        tmp_path,
+        # The stand-ins come first on PATH; the real python3 must not be needed.
+        path=f"{tmp_path}{os.pathsep}/usr/bin{os.pathsep}/bin",
         PYTHON=str(tmp_path / "python"),
         GPUS_SEEN=str(gpus_seen),
         SLURM_JOB_NODELIST="node[1-2]",
@@ -136,16 +128,6 @@ def run_with_stand_ins(name: str, tmp_path: Path, gpus_seen: int, **variables: s
         SLURM_CPUS_PER_TASK="2",
         RDZV_PORT="29555",
         **variables,
-    )
-    # The stand-ins come first on PATH; the real python3 must not be needed.
-    environment["PATH"] = f"{tmp_path}{os.pathsep}/usr/bin{os.pathsep}/bin"
-    result = subprocess.run(
-        ["bash", lesson / "slurm" / name, *arguments],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=environment,
-        timeout=60,
     )
     assert result.returncode == 0, result
     return result.stdout
