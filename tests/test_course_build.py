@@ -1,6 +1,6 @@
-"""The build: notebooks executed in this Python, and how the site shows them (a page
-per notebook with its run, deck and scripts; a page per script). Sphinx's build of the
-whole site, and the site in a browser: test_course_site.py."""
+"""The build: how the site shows the notebooks (a page per notebook with its run, deck and
+scripts; a page per script). The build's kernels: test_course_kernels.py. Sphinx's build
+of the whole site, and the site in a browser: test_course_site.py."""
 
 import json
 import os
@@ -12,7 +12,7 @@ import nbformat
 from conftest import REPO
 
 from course import build, site, slides
-from course.build import execute, lesson_notebooks
+from course.build import lesson_notebooks
 from course.slides import to_slides
 
 
@@ -114,37 +114,6 @@ def test_animations_are_rendered_without_their_cdn_icons():
     assert "font-awesome" not in page  # the site's own style sheet draws the icons
     assert 'class="anim-buttons"' in deck and "font-awesome" not in deck
     assert ".anim-buttons .fa-play::before" in deck  # its icons, drawn without the font
-
-
-def test_notebooks_run_in_this_python_whatever_kernelspec_comes_first(tmp_path, monkeypatch):
-    # A user-level "python3" kernelspec that runs some other Python, found first.
-    foreign = tmp_path / "jupyter" / "kernels" / "python3"
-    foreign.mkdir(parents=True)
-    spec = {"argv": ["/nonexistent/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"]}
-    (foreign / "kernel.json").write_text(
-        json.dumps({**spec, "display_name": "other", "language": "python"})
-    )
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    lesson = tmp_path / "lesson"
-    lesson.mkdir()
-    notebook = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_code_cell(
-                "import os, sys; print(sys.executable, os.getcwd())",
-                metadata={"slideshow": {"slide_type": "slide"}},  # the build makes a deck too
-            )
-        ],
-        metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-    )
-    nbformat.write(notebook, lesson / "probe.ipynb")
-    ok, _ = execute(lesson / "probe.ipynb", tmp_path / "out")
-    assert ok
-    executed = nbformat.read(tmp_path / "out" / "probe.ipynb", as_version=4)
-    assert executed.cells[0].outputs[0]["text"] == f"{sys.executable} {lesson}\n"
-    assert executed.metadata["course_build"]["ok"] is True  # what the page will say
-    assert executed.metadata["course_build"]["python"] == sys.version.split()[0]
 
 
 def test_a_warning_from_sphinx_fails_the_site(tmp_path, monkeypatch):
