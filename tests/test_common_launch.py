@@ -22,6 +22,19 @@ from common.launch import (
 from common.output import LineStream
 
 
+def hanging():
+    """orphan_maker's parent and child, both started: from now on it can only hang."""
+    command = start(f"python {SCRIPTS / 'orphan_maker.py'} hang", quiet=True)
+    command.wait_for(r"^child pid \d+$", timeout=60)
+    return command
+
+
+def both_gone(output: str) -> bool:
+    """The two pids orphan_maker printed, both ended."""
+    pids = pids_in(output)
+    return len(pids) == 2 and all(is_gone(pid) for pid in pids)
+
+
 def test_streams_output_and_returns_it(capsys):
     output = run("python -c \"print('first'); print('second')\"")
     assert output == "first\nsecond\n"
@@ -88,20 +101,15 @@ def test_torchrun_workers_are_killed_at_the_time_limit():
 
 
 def test_a_hang_in_a_new_session_is_killed_at_the_time_limit():
-    hanging = start(f"python {SCRIPTS / 'orphan_maker.py'} hang", quiet=True)
-    hanging.wait_for(r"^child pid \d+$", timeout=60)  # both pids printed: it only hangs now
     with pytest.raises(CommandTimedOut, match="time limit of 1 s") as timeout:
-        hanging.wait(timeout=1)
-    pids = pids_in(timeout.value.output)
-    assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
+        hanging().wait(timeout=1)
+    assert both_gone(timeout.value.output)
 
 
 def test_orphans_left_by_a_finished_command_are_killed():
     # The child holds the output pipe open after its parent exits: without the
     # clean-up, run() would wait for it until the time limit.
-    output = run(f"python {SCRIPTS / 'orphan_maker.py'} exit", timeout=60, quiet=True)
-    pids = pids_in(output)
-    assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
+    assert both_gone(run(f"python {SCRIPTS / 'orphan_maker.py'} exit", timeout=60, quiet=True))
 
 
 def test_interrupt_kills_the_workers_and_reraises():
@@ -150,37 +158,34 @@ def test_waiting_for_a_line_that_never_comes_fails_when_the_command_ends():
 
 
 def test_a_failed_wait_kills_every_running_command():
-    hanging = start(f"python {SCRIPTS / 'orphan_maker.py'} hang", quiet=True)
-    hanging.wait_for("child pid", timeout=60)
-    pids = pids_in(hanging.output)
+    other = hanging()
     failing = start("python -c 'raise SystemExit(3)'", quiet=True)
     with pytest.raises(CommandFailed, match="exited with status 3"):
         failing.wait(timeout=60)
-    assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
+    assert both_gone(other.output)
 
 
 def test_wait_for_times_out_and_kills():
-    hanging = start(f"python {SCRIPTS / 'orphan_maker.py'} hang", quiet=True)
-    hanging.wait_for(r"^child pid \d+$", timeout=60)
+    command = hanging()
     with pytest.raises(CommandTimedOut, match="printed no line matching 'never'"):
-        hanging.wait_for("never", timeout=1)
-    pids = pids_in(hanging.output)
-    assert len(pids) == 2 and all(is_gone(pid) for pid in pids)
+        command.wait_for("never", timeout=1)
+    assert both_gone(command.output)
 
 
 def test_record_puts_the_workers_own_traceback_into_torchruns_report(tmp_path):
     """Lesson 03's claim about @record, on an ordinary exception: without it torchrun's
-    report has no traceback, with it the report ends with the worker's own. And torchrun
-    keeps that error file in a folder of its own, which `start` removes: torchrun's
-    default is a new torchelastic_* folder in the temporary folder, left there after
-    every launch. (The lesson scripts' own @record: tests/test_03_record.py.)"""
+    report has no traceback, with it the report ends with the worker's own (the lesson
+    scripts' own @record: tests/test_03_record.py). torchrun keeps that error file in a
+    folder of its own, which `start` removes, also when torchrun runs inside a wrapper
+    (lesson 04's hosts start it in `ip netns exec ... sh -c`): torchrun's default is a new
+    torchelastic_* folder in the temporary folder, left there after every launch."""
     children_temp = tmp_path / "temp"  # where torchrun would put its default folder
     children_temp.mkdir()
+    temp = {"TMPDIR": str(children_temp)}
     script = f"torchrun --standalone --nproc_per_node=1 {SCRIPTS / 'raises_in_worker.py'}"
-    plain = run(script, expect_failure=True, quiet=True)
-    recorded = run(
-        f"{script} --record", env={"TMPDIR": str(children_temp)}, expect_failure=True, quiet=True
-    )
+    wrapped = shlex.quote("exec " + shlex.join(resolve(shlex.split(script))))
+    plain = run(f"sh -c {wrapped}", env=temp, expect_failure=True, quiet=True)
+    recorded = run(f"{script} --record", env=temp, expect_failure=True, quiet=True)
     for output in (plain, recorded):
         assert "Root Cause (first observed failure)" in output
     plain_report = plain.split("Root Cause")[1]
@@ -193,6 +198,8 @@ def test_record_puts_the_workers_own_traceback_into_torchruns_report(tmp_path):
     assert logs.name.startswith("torchrun-logs-"), error_file
     assert not logs.exists()
     assert list(children_temp.iterdir()) == []
+    # A standalone worker finds the store at 127.0.0.1, not at socket.getfqdn().
+    assert "MASTER_ADDR 127.0.0.1\n" in recorded
 
 
 # What Python 3.13 prints for `raise KeyError(('0', 0))` when FORCE_COLOR is set, as
@@ -245,35 +252,6 @@ def test_a_line_stream_shows_whole_lines_only(capsys):
 )
 def test_torchrun_gets_127_0_0_1_only_when_all_its_agents_are_here(arguments, local):
     assert on_this_machine_only(arguments.split()) == local
-
-
-def test_a_standalone_worker_finds_the_store_at_127_0_0_1(tmp_path):
-    # On this machine the default would be socket.getfqdn(), "localhost" here.
-    script = tmp_path / "where.py"
-    script.write_text("import os; print('MASTER_ADDR', os.environ['MASTER_ADDR'])\n")
-    output = run(f"torchrun --standalone --nproc_per_node=1 {script}", quiet=True)
-    assert "MASTER_ADDR 127.0.0.1\n" in output
-
-
-def test_torchrun_inside_a_wrapper_leaves_nothing_either(tmp_path):
-    """The two hosts of lesson 04 start torchrun inside `ip netns exec ... sh -c`: its
-    error files go to the command's own folder too, not a torchelastic_* folder."""
-    children_temp = tmp_path / "temp"
-    children_temp.mkdir()
-    torchrun = resolve(
-        [
-            "torchrun",
-            "--standalone",
-            "--nproc_per_node=1",
-            str(REPO / "00_intro" / "hello_torchrun.py"),
-        ]
-    )
-    run(
-        f"sh -c {shlex.quote('exec ' + shlex.join(torchrun))}",
-        env={"TMPDIR": str(children_temp)},
-        quiet=True,
-    )
-    assert list(children_temp.iterdir()) == []
 
 
 def test_a_worker_killed_from_outside_is_restarted_by_torchrun():
