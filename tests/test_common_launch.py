@@ -56,18 +56,14 @@ def test_python_and_torchrun_come_from_the_kernels_environment():
     ]
 
 
-def test_non_zero_exit_raises_with_status_and_output():
-    with pytest.raises(CommandFailed, match="exited with status 3") as failure:
-        run("python -c \"print('partial'); raise SystemExit(3)\"", quiet=True)
-    assert failure.value.output == "partial\n"
-
-
-def test_the_error_of_a_failed_command_ends_with_its_last_lines():
+def test_a_failed_command_raises_with_its_status_its_output_and_its_last_lines():
     # nbmake's and CI's logs show the exception, not the cell's output: the reason must
     # be in the exception itself. 41 lines printed, the last 15 in the message.
-    script = "for i in range(40): print(f'line {i}')\nraise SystemExit('the reason')"
-    with pytest.raises(CommandFailed) as failure:
+    script = "import sys\nfor i in range(40): print(f'line {i}')\n"
+    script += "print('the reason', file=sys.stderr); raise SystemExit(3)"
+    with pytest.raises(CommandFailed, match="exited with status 3") as failure:
         run(f'python -c "{script}"', quiet=True)
+    assert failure.value.output == "".join(f"line {i}\n" for i in range(40)) + "the reason\n"
     message = str(failure.value)
     assert message.endswith("line 38\nline 39\nthe reason")
     assert "last 15 lines" in message and "line 26" in message and "line 25" not in message
