@@ -1,13 +1,14 @@
 """Lesson 04: where multinode.py's snapshots live, and which one every rank resumes from.
 
-Two torchrun agents on this machine play two nodes. Each runs in a folder of its own
-(nodes with disks of their own) or both in one folder (a filesystem the nodes share).
-Local rank 0 of every node saves; at start-up every rank resumes from the newest
+Two torchrun agents on this machine play two nodes, each in a folder of its own (nodes
+with disks of their own); one agent of two processes plays one node. Local rank 0 of
+every node saves; at start-up every rank resumes from the newest
 snapshot that any rank sees (04_multinode/snapshot_placement.py).
 """
 
 import re
 
+import pytest
 import torch
 from conftest import REPO, SCRIPTS
 
@@ -22,8 +23,7 @@ WORKER = re.compile(r"\[rank(\d+)\] pid=\d+ host=\S+ node=(\d+) ")
 
 
 def two_nodes(folders, total_epochs, save_every=2, expect_failure=False) -> list[str]:
-    """One agent per folder (the same folder twice: a shared filesystem), one worker each;
-    the outputs, in the order of `folders`."""
+    """One agent per folder, one worker each; the outputs, in the order of `folders`."""
     c10d = f"--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:{free_port()} --rdzv_id=test"
     command = (
         f"torchrun --nnodes=2 --nproc_per_node=1 {c10d} {MULTINODE} {total_epochs} {save_every}"
@@ -64,27 +64,12 @@ def assert_resumed_from(outputs: list[str], source_output: str, epochs: int) -> 
     assert f"epoch {epochs} |" in text and f"epoch {epochs - 1} |" not in text
 
 
-def test_on_one_node_local_rank_0_alone_saves_and_leaves_nothing_else(tmp_path):
-    first = run(
-        f"torchrun --standalone --nproc_per_node=2 {MULTINODE} 2 1", cwd=tmp_path, quiet=True
-    )
-    saves = [line for line in first.splitlines() if "snapshot saved" in line]
-    assert len(saves) == 2 and all(line.startswith("[rank0]") for line in saves), saves
-    assert "rank 0 (node 0): none, rank 1 (node 0): none; every rank starts from scratch" in first
-    assert [path.name for path in tmp_path.iterdir()] == ["snapshot.pt"]  # no temporary file
-    again = run(
-        f"torchrun --standalone --nproc_per_node=2 {MULTINODE} 3 1", cwd=tmp_path, quiet=True
-    )
-    for rank in (0, 1):
-        assert f"[rank{rank}] resumed from rank 0's snapshot.pt (node 0): 2 epochs done" in again
-    assert snapshot(tmp_path)["epochs_run"] == 3
-
-
 def test_a_node_with_an_older_snapshot_resumes_from_the_newest(tmp_path):
-    """(A node without a snapshot resumes from another node's: lesson 04's check cell
-    asserts it, on the notebook's lost disk.)"""
-    a, b, shared = (tmp_path / name for name in ("a", "b", "shared"))
-    for folder in (a, b, shared):
+    """(A node without a snapshot resumes from another node's, and each node keeps a copy:
+    lesson 04's check cell asserts both, on the notebook's runs; two nodes writing one
+    shared folder, its Slurm part.)"""
+    a, b, one = (tmp_path / name for name in ("a", "b", "one"))
+    for folder in (a, b, one):
         folder.mkdir()
 
     two_nodes([a, b], 6)
@@ -101,56 +86,59 @@ def test_a_node_with_an_older_snapshot_resumes_from_the_newest(tmp_path):
     assert [snapshot(folder)["epochs_run"] for folder in (a, b)] == [8, 8]
     assert_same_weights(snapshot(a), snapshot(b))
 
-    # The same 8 epochs in one go, on a folder both nodes share (both write the file):
-    # the very same weights. Resuming lost nothing, and the folder's kind changes nothing.
-    outputs = two_nodes([shared, shared], 8)
-    assert all(f"epoch 7 | snapshot saved to {shared}" in output for output in outputs)
-    assert [path.name for path in shared.iterdir()] == ["snapshot.pt"]
-    assert snapshot(shared)["epochs_run"] == 8
-    assert_same_weights(snapshot(shared), snapshot(a))
+    # The same 8 epochs in one go, on one node of two processes: local rank 0 alone saves,
+    # leaves nothing but the snapshot, and ends with the very same weights. Resuming lost
+    # nothing, and the nodes' layout changes nothing.
+    in_one_go = run(
+        f"torchrun --standalone --nproc_per_node=2 {MULTINODE} 8 2", cwd=one, quiet=True
+    )
+    assert "rank 0 (node 0): none, rank 1 (node 0): none; every rank starts from scratch" in (
+        in_one_go
+    )
+    saves = [line for line in in_one_go.splitlines() if "snapshot saved" in line]
+    assert len(saves) == 4 and all(line.startswith("[rank0]") for line in saves), saves
+    assert [path.name for path in one.iterdir()] == ["snapshot.pt"]  # no temporary file
+    assert snapshot(one)["epochs_run"] == 8
+    assert_same_weights(snapshot(one), snapshot(a))
     # Each rank's random generators are saved and given back to that rank on resume:
     # the run resumed at 6 ends in the states of the run in one go.
-    resumed, in_one_go = snapshot(a)["rng_state"], snapshot(shared)["rng_state"]
-    assert len(resumed) == len(in_one_go) == 2
-    for mine, expected in zip(resumed, in_one_go, strict=True):
-        assert torch.equal(mine["cpu"], expected["cpu"])
+    resumed, expected = snapshot(a)["rng_state"], snapshot(one)["rng_state"]
+    assert len(resumed) == len(expected) == 2
+    for mine, theirs in zip(resumed, expected, strict=True):
+        assert torch.equal(mine["cpu"], theirs["cpu"])
 
 
-def test_an_unreadable_snapshot_on_one_node_stops_every_rank_with_one_line(tmp_path):
+# What node b finds at its snapshot path, and what rank 0 then says of it for every rank
+# (after "[rank0] rank R on node N: "; torch's reason for an unreadable file varies).
+DAMAGED = {
+    "truncated": r"snapshot snapshot\.pt cannot be read \(.*; delete snapshot\.pt to start "
+    r"from scratch, or point the script at another snapshot path",
+    "a folder": r"cannot keep snapshots at snapshot\.pt: it is a folder; point the script at a "
+    r"snapshot path in a folder you can write",
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_bad_snapshot_path_on_one_node_stops_every_rank_with_one_line(tmp_path, damage):
     a, b = tmp_path / "a", tmp_path / "b"
-    random_states = [{"cpu": torch.get_rng_state()}] * 2  # one per rank
     state = {"model": {}, "optimizer": {}, "epochs_run": 4, "steps_run": 0, "loss_so_far": 0.0}
-    state["rng_state"] = random_states
+    state["rng_state"] = [{"cpu": torch.get_rng_state()}] * 2  # one per rank
     save_atomic(state, a / "snapshot.pt")
     good = (a / "snapshot.pt").read_bytes()
     b.mkdir()
-    (b / "snapshot.pt").write_bytes(good[:300])  # truncated
+    if damage == "truncated":
+        (b / "snapshot.pt").write_bytes(good[:300])
+    else:
+        (b / "snapshot.pt").mkdir()  # where the snapshot file should go
     outputs = two_nodes([a, b], 6, expect_failure=True)  # both nodes exit non-zero
-    rank, node = worker(outputs[1])  # the worker on the node with the damaged file
+    rank, node = worker(outputs[1])  # the worker on the node with the damaged path
     lines = [line for output in outputs for line in OUR_LINE.findall(output)]
     said = [line for line in lines if "pid=" not in line]  # all but the start-up reports
-    assert len(said) == 1, lines  # said once, by rank 0, for every rank
-    assert said[0].startswith(
-        f"[rank0] rank {rank} on node {node}: snapshot snapshot.pt cannot be read ("
-    )
-    assert said[0].endswith(
-        "; delete snapshot.pt to start from scratch, or point the script at another snapshot path"
-    )
-    assert (a / "snapshot.pt").read_bytes() == good  # nothing trained, nothing saved
-
-
-def test_a_snapshot_path_that_is_a_folder_on_one_node_stops_every_rank_with_one_line(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    (b / "snapshot.pt").mkdir(parents=True)  # where the snapshot file should go
-    outputs = two_nodes([a, b], 2, expect_failure=True)
-    rank, node = worker(outputs[1])
-    lines = [line for output in outputs for line in OUR_LINE.findall(output)]
-    assert [line for line in lines if "pid=" not in line] == [
-        f"[rank0] rank {rank} on node {node}: cannot keep snapshots at snapshot.pt: it is a "
-        "folder; point the script at a snapshot path in a folder you can write"
-    ]  # said once, by rank 0, for every rank, at start-up
-    assert list(a.iterdir()) == []  # nothing trained, nothing saved
+    assert len(said) == 1, lines  # said once, by rank 0, for every rank, at start-up
+    prefix = re.escape(f"[rank0] rank {rank} on node {node}: ")
+    assert re.fullmatch(prefix + DAMAGED[damage], said[0]), said[0]
+    assert list(a.iterdir()) == [a / "snapshot.pt"]  # nothing trained, nothing saved
+    assert (a / "snapshot.pt").read_bytes() == good
 
 
 def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_path):
