@@ -8,15 +8,14 @@ limit; without the second, gloo warns and falls back."""
 import shutil
 import subprocess
 
-import pytest
 from conftest import PYTHON, REPO, skip_or_fail
 
 from common.ports import free_port
 
 NAME = "no-such-host.invalid"  # .invalid never resolves (RFC 6761)
 
-# Run inside the namespace: prove the premise, then launch as a notebook cell does
-# (commands given together run side by side, as two agents playing two nodes).
+# Run inside the namespace: prove the premise, then launch as a notebook cell does, each
+# command side by side with the others and its lines labelled with its number.
 LAUNCH = """
 import socket, sys
 from common.launch import start
@@ -26,7 +25,7 @@ except OSError:
     pass
 else:
     sys.exit(f"{socket.getfqdn()} resolves: this test would prove nothing")
-commands = [start(command, cwd=sys.argv[1]) for command in sys.argv[2:]]
+commands = [start(c, cwd=sys.argv[1], label=str(i)) for i, c in enumerate(sys.argv[2:])]
 for command in commands:
     command.wait(120)
 """
@@ -41,35 +40,24 @@ def why_no_uts_namespace() -> str | None:
     return None
 
 
+HELLO = "{REPO}/00_intro/hello_torchrun.py"
 TWO_AGENTS = "torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_id=t "
+HELLO_SAID = "all_reduce(SUM) of the ranks = 1 (expected 1)"
+# Each command, and the line its output has once per rank (mp.spawn's: once, rank 0).
+LAUNCHES = [
+    ("torchrun --standalone --nproc_per_node=2 " + HELLO, HELLO_SAID, 2),
+    # Two agents on this machine playing two nodes, as lesson 04 starts them.
+    (TWO_AGENTS + "--rdzv_endpoint=127.0.0.1:{port} " + HELLO, HELLO_SAID, 1),
+    (TWO_AGENTS + "--rdzv_endpoint=127.0.0.1:{port} " + HELLO, HELLO_SAID, 1),
+    # mp.spawn: the processes meet at 127.0.0.1 (init_method) and use gloo.
+    ("python {REPO}/02_multigpu/multigpu.py 1 1 --world_size 2", "epoch 0 | checkpoint saved", 1),
+]
 
 
-@pytest.mark.parametrize(
-    "commands, expected",
-    [
-        (
-            ["torchrun --standalone --nproc_per_node=2 {REPO}/00_intro/hello_torchrun.py"],
-            "all_reduce(SUM) of the ranks = 1 (expected 1)",
-        ),
-        # Two agents on this machine playing two nodes, as lesson 04 starts them.
-        (
-            [TWO_AGENTS + "--rdzv_endpoint=127.0.0.1:{port} {REPO}/00_intro/hello_torchrun.py"] * 2,
-            "all_reduce(SUM) of the ranks = 1 (expected 1)",
-        ),
-        # mp.spawn: the processes meet at 127.0.0.1 (init_method) and use gloo.
-        (
-            ["python {REPO}/02_multigpu/multigpu.py 1 1 --world_size 2"],
-            "epoch 0 | checkpoint saved",
-        ),
-    ],
-    ids=["standalone", "two-agents", "mp.spawn"],
-)
-def test_a_one_machine_launch_meets_when_the_hostname_does_not_resolve(
-    commands, expected, tmp_path
-):
+def test_a_one_machine_launch_meets_when_the_hostname_does_not_resolve(tmp_path):
     skip_or_fail(why_no_uts_namespace())
     port = free_port()
-    commands = [command.format(REPO=REPO, port=port) for command in commands]
+    commands = [command.format(REPO=REPO, port=port) for command, _, _ in LAUNCHES]
     inside = f'hostname {NAME} && exec "$0" -c "$@"'
     result = subprocess.run(
         ["unshare", "--uts", "sh", "-c", inside, PYTHON, LAUNCH, str(tmp_path), *commands],
@@ -79,6 +67,8 @@ def test_a_one_machine_launch_meets_when_the_hostname_does_not_resolve(
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    assert output.count(expected) == (2 if "ranks" in expected else 1)
+    for number, (_, expected, times) in enumerate(LAUNCHES):
+        said = [line for line in output.splitlines() if line.startswith(f"[{number}] ")]
+        assert sum(expected in line for line in said) == times, (number, output[-3000:])
     assert "Unable to resolve hostname" not in output
     assert NAME not in output  # nothing tried to reach the name
