@@ -1,7 +1,7 @@
-"""Lesson 03: bad snapshots and bad launches get one line (part 1's script; part 3's too,
-for its snapshots). (That a job without --max-restarts fails with torchrun's report and
-resumes when launched again, and that a crashed and restarted run ends exactly where an
-uninterrupted one does, the notebook's own check cell asserts, on the notebook's runs.)"""
+"""Lesson 03: bad snapshots and bad launches get one line (part 1's script; part 3's
+too). (That a job without --max-restarts fails with torchrun's report and resumes when
+launched again, and that a crashed and restarted run ends exactly where an uninterrupted
+one does, the notebook's own check cell asserts, on the notebook's runs.)"""
 
 import os
 import subprocess
@@ -44,10 +44,6 @@ def one_worker(tmp_path, *arguments, script=SCRIPT, env=None):
     )
 
 
-def foreign_checkpoint(path):
-    torch.save({"state_dict": {"weight": torch.ones(1, 20)}}, path)
-
-
 # One kind of bad file per script: every SnapshotError takes the same path through the
 # script (each kind's message is tests/test_common_snapshot.py's; an empty snapshot under
 # torchrun, the 03 part 3 notebook's check). Someone else's checkpoint shows the keys
@@ -56,7 +52,7 @@ def foreign_checkpoint(path):
 def test_a_bad_snapshot_gets_one_line_naming_the_file(script, tmp_path):
     path = tmp_path / "runs" / "bad.pt"
     path.parent.mkdir()
-    foreign_checkpoint(path)
+    torch.save({"state_dict": {"weight": torch.ones(1, 20)}}, path)
     before = path.read_bytes()
     result = one_worker(tmp_path, "2", "1", "--snapshot_path", str(path), script=script)
     assert result.returncode == 1
@@ -68,46 +64,49 @@ def test_a_bad_snapshot_gets_one_line_naming_the_file(script, tmp_path):
     assert path.read_bytes() == before  # and the file is left for the learner to inspect
 
 
+# What a worker of agent 2 of 2 sees, sharing torchrun's store, with restarts possible.
+SHARED_WITH_RESTARTS = {
+    "GROUP_WORLD_SIZE": "2",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "TORCHELASTIC_MAX_RESTARTS": "3",
+}
+
+
 @pytest.mark.parametrize("script", [SCRIPT, PREEMPTIBLE], ids=["part1", "part3"])
 def test_restarts_of_several_agents_on_the_shared_store_are_refused_in_one_line(tmp_path, script):
     """Agents of several nodes each count their own restarts, so a prefix per count could
-    split the workers: with torchrun's shared store and restarts possible, the worker
-    stops at once with the fix, before it joins anything (no store listens here)."""
-    torchrun_sets = {  # what a worker of agent 2 of 2 sees, sharing stores, with restarts
-        "GROUP_WORLD_SIZE": "2",
-        "TORCHELASTIC_USE_AGENT_STORE": "True",
-        "TORCHELASTIC_MAX_RESTARTS": "3",
-    }
-    result = one_worker(tmp_path, "2", "1", script=script, env=torchrun_sets)
+    split the workers: the worker stops at once with the fix, before it joins anything
+    (no store listens here)."""
+    result = one_worker(tmp_path, "2", "1", script=script, env=SHARED_WITH_RESTARTS)
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1:] == [
         f"{script.name}: restarts of a job of 2 torchrun agents need a store of each "
         "attempt's own; launch it as: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun "
         f"--standalone --nproc_per_node=2 {script.name} 20 5"
     ], result.stderr
-    # With a store of each attempt's own (worker rank 0 starts it), or without restarts
-    # (the official series' command; the agent's store, here this test's), it trains.
-    port = free_port()
-    agent_store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    for fixed in (
-        {"TORCHELASTIC_USE_AGENT_STORE": "False"},
-        {"TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": str(port)},
-    ):
-        result = one_worker(tmp_path, "1", "1", script=script, env=torchrun_sets | fixed)
-        assert result.returncode == 0, result.stdout + result.stderr
-    # Rank 0's address, as gloo publishes it (stale_address.py), under the attempt's prefix.
-    published = agent_store
-    for prefix in ("attempt0", "0/", "cpu/", "0"):
-        published = dist.PrefixStore(prefix, published)
-    assert published.check(["0"])
 
 
 def test_a_snapshot_path_under_a_file_is_refused_in_one_line_before_training(tmp_path):
+    """Launched as agent 2 of 2 would launch it without restarts (the official series'
+    command), on the agent's store (here this test's): the worker joins, gloo publishing
+    rank 0's address (stale_address.py) under the attempt's prefix, then refuses the path.
+    (With a store of each attempt's own, and restarts, it trains: the elastic notebook's
+    two agents, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1.)"""
     (tmp_path / "runs").write_text("a file where the snapshot's folder should be")
-    result = one_worker(tmp_path, "2", "1", "--snapshot_path", "runs/snapshot.pt")
+    port = free_port()
+    agent_store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    no_restarts = SHARED_WITH_RESTARTS | {
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "MASTER_PORT": str(port),
+    }
+    result = one_worker(tmp_path, "2", "1", "--snapshot_path", "runs/snapshot.pt", env=no_restarts)
     assert result.returncode == 1
     assert result.stdout.splitlines()[1:] == [
         "[rank0] cannot keep snapshots at runs/snapshot.pt: runs is a file; point the script "
         "at a snapshot path in a folder you can write"
     ]  # at start-up: before this, the first save raised FileExistsError, after an epoch
     assert "Traceback" not in result.stderr
+    published = agent_store
+    for prefix in ("attempt0", "0/", "cpu/", "0"):
+        published = dist.PrefixStore(prefix, published)
+    assert published.check(["0"])
