@@ -4,6 +4,7 @@ files that are not snapshots."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,45 +118,38 @@ def test_two_writers_of_one_path_never_leave_a_mixed_file(tmp_path):
     assert sorted(tmp_path.iterdir()) == [path]  # each writer cleaned up after itself
 
 
-def one_line_error(path) -> str:
-    """The one line load() raises for the file at `path`, which it leaves as it was
-    (the lesson scripts print this line: tests/test_03_fault_tolerance.py)."""
+def truncated(path):
+    save_atomic(state(1), path)
+    path.write_bytes(path.read_bytes()[:300])
+
+
+CANNOT_BE_READ = "snapshot {path} cannot be read ("
+BAD_FILES = {  # how each kind of bad file is made, and how load()'s line about it begins
+    "empty": (Path.touch, "snapshot {path} is empty; delete {path} to start"),
+    "truncated": (truncated, CANNOT_BE_READ),
+    "foreign": (lambda path: path.write_text("these are my holiday notes\n"), CANNOT_BE_READ),
+    "a pickle with code": (
+        lambda path: torch.save({"model": {}, "epochs_run": 1, "evil": subprocess.Popen}, path),
+        CANNOT_BE_READ,
+    ),
+    "someone else's checkpoint": (
+        lambda path: torch.save({"state_dict": {"w": torch.ones(1)}}, path),
+        "{path} is not a snapshot of this script (it has no model, epochs_run); delete {path}",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FILES))
+def test_a_bad_file_gets_one_line_and_is_left_as_it_was(tmp_path, kind):
+    """One line that names the file and says to delete it (the lesson scripts print it:
+    tests/test_03_fault_tolerance.py); the file is left for the learner to inspect."""
+    make, begins = BAD_FILES[kind]
+    path = tmp_path / "snapshot.pt"
+    make(path)
     before = path.read_bytes()
     with pytest.raises(SnapshotError) as error:
         load(path, KEYS)
     message = str(error.value)
-    assert "\n" not in message and str(path) in message and f"delete {path}" in message
-    assert path.read_bytes() == before  # left for the learner to inspect
-    return message
-
-
-def test_empty_file(tmp_path):
-    path = tmp_path / "snapshot.pt"
-    path.touch()
-    assert f"snapshot {path} is empty; delete {path} to start" in one_line_error(path)
-
-
-def test_truncated_file(tmp_path):
-    path = tmp_path / "snapshot.pt"
-    save_atomic(state(1), path)
-    path.write_bytes(path.read_bytes()[:300])
-    assert one_line_error(path).startswith(f"snapshot {path} cannot be read (")
-
-
-def test_foreign_file(tmp_path):
-    path = tmp_path / "snapshot.pt"
-    path.write_text("these are my holiday notes\n")
-    assert "cannot be read" in one_line_error(path)
-
-
-def test_a_pickle_with_code_is_refused(tmp_path):
-    path = tmp_path / "snapshot.pt"
-    torch.save({"model": {}, "epochs_run": 1, "evil": subprocess.Popen}, path)
-    assert "cannot be read" in one_line_error(path)
-
-
-def test_someone_elses_checkpoint(tmp_path):
-    path = tmp_path / "snapshot.pt"
-    torch.save({"state_dict": {"w": torch.ones(1)}}, path)
-    said = f"{path} is not a snapshot of this script (it has no model, epochs_run); delete {path}"
-    assert said in one_line_error(path)
+    assert message.startswith(begins.format(path=path)), message
+    assert "\n" not in message and f"delete {path}" in message
+    assert path.read_bytes() == before
