@@ -3,12 +3,10 @@ decide it (the GPUs PyTorch sees, else the CPUs), stop in one line when Slurm ga
 that PyTorch cannot see, and start every node's torchrun with the Python they checked,
 the CPUs sbatch asked for, and that node's own address.
 
-The scripts are run by bash with the variables Slurm's batch step would set. With the
-real PyTorch (which sees no GPU here) they must stop before Slurm's commands; with
-stand-ins for `scontrol`, `srun` and the Python, they run to the end, and the stand-in
-torchrun reports what each node was given. (On the local Slurm cluster the same scripts
-run for real with `--gpus-per-node=0` and say "CPUs, gloo": the notebook of lesson 04 and
-tests/test_05_slurm.py check that.)
+Each script runs in bash with the variables Slurm's batch step would set: with the real
+PyTorch (which sees no GPU here) it stops before Slurm's commands; with stand-ins for
+`scontrol`, `srun` and the Python it runs to the end. (On the local Slurm cluster it runs
+for real with `--gpus-per-node=0`: lesson 04's notebook and tests/test_05_slurm.py.)
 """
 
 import os
@@ -164,17 +162,6 @@ def test_gpus_that_pytorch_sees_train_on_nccl_however_they_were_asked_for(name, 
         assert "2 node(s) x 4 process(es)" in output and "--nproc_per_node=4 " in output
 
 
-@pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_the_scripts_ask_for_gpus_per_node(name):
-    lesson, _ = SCRIPTS[name]
-    directives = [
-        line
-        for line in (lesson / "slurm" / name).read_text().splitlines()
-        if line.startswith("#SBATCH")
-    ]
-    assert "#SBATCH --gpus-per-node=4" in directives
-
-
 def sbatch_options(path) -> tuple[list[str], list[str]]:
     """(the #SBATCH lines before the script's first command, those after it): sbatch
     reads the first only, and ignores the others without a word."""
@@ -189,10 +176,9 @@ def sbatch_options(path) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_every_sbatch_option_comes_before_the_first_command(name):
-    lesson, _ = SCRIPTS[name]
-    before, after = sbatch_options(next(lesson.glob(f"slurm/{name}")))
-    assert before and after == [], after
+def test_the_scripts_ask_for_gpus_per_node_before_their_first_command(name):
+    before, after = sbatch_options(SCRIPTS[name][0] / "slurm" / name)
+    assert "#SBATCH --gpus-per-node=4" in before and after == [], (before, after)
 
 
 def test_lesson_04_asks_for_the_early_signal_to_the_batch_script_and_a_requeue():
