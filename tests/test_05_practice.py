@@ -23,6 +23,7 @@ snapshots = lesson_module("05_mingpt", "snapshots")
 interval = lesson_module("05_mingpt", "interval")
 lesson_config = lesson_module("05_mingpt", "config")
 
+CONFIG = REPO / "05_mingpt" / "train_cfg.yaml"
 SHAPE = dict(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64)
 
 
@@ -112,19 +113,27 @@ def test_auto_on_gpus_takes_bf16_only_where_every_rank_has_it_else_fp16_with_sca
 
 
 def test_a_snapshot_of_another_text_or_other_settings_is_refused_in_one_line():
+    """Compared: the settings config.shaping_settings keeps, the model's and the
+    optimizer's among them, and the precision. (main.py turns a SnapshotError into one
+    line from rank 0: tests/test_05_training.py; the notebook relaunches a finished run
+    with another trainer.max_steps.)"""
     path = REPO / "snapshot.pt"  # only named in the messages
-    settings = {"model.n_embd": 32, "trainer.amp": "bf16", "optimizer.lr": 0.003}
-    state = {"chars": "abc", "settings": settings}
-    snapshots.check_snapshot(state, "abc", settings, path)  # the same: resumed
+
+    def settings(amp: str, *overrides: str) -> dict:
+        config = lesson_config.load_config(CONFIG, list(overrides))
+        return {**lesson_config.shaping_settings(config), "trainer.amp": amp}
+
+    state = {"chars": "abc", "settings": settings("bf16")}
+    snapshots.check_snapshot(state, "abc", settings("bf16"), path)  # the same: resumed
     with pytest.raises(SnapshotError, match="was trained on another text"):
-        snapshots.check_snapshot(state, "abd", settings, path)
-    changed = {**settings, "model.n_embd": 64, "trainer.amp": "fp32"}
-    with pytest.raises(SnapshotError) as refused:
+        snapshots.check_snapshot(state, "abd", settings("bf16"), path)
+    changed = settings("fp32", "model.n_embd=64", "optimizer.lr=0.001", "trainer.batch_size=4")
+    with pytest.raises(SnapshotError) as refused:  # the micro-batch size may change
         snapshots.check_snapshot(state, "abc", changed, path)
     assert str(refused.value) == (
-        f"snapshot {path} was trained with other settings (model.n_embd=32 -> 64, "
-        "trainer.amp='bf16' -> 'fp32'); resume with its settings, or delete it to start "
-        "from scratch"
+        f"snapshot {path} was trained with other settings (model.n_embd=128 -> 64, "
+        "optimizer.lr=0.003 -> 0.001, trainer.amp='bf16' -> 'fp32'); resume with its "
+        "settings, or delete it to start from scratch"
     )
 
 
@@ -132,7 +141,7 @@ def plan(*overrides: str):
     """The config with 5 warm-up steps and `overrides`, and its plan for 1000 windows:
     15 steps of 64 per epoch, 3 epochs."""
     overrides = ["optimizer.warmup_steps=5", *overrides]
-    config = lesson_config.load_config(REPO / "05_mingpt" / "train_cfg.yaml", overrides)
+    config = lesson_config.load_config(CONFIG, overrides)
     return config, schedule.count_steps(config, 1000)
 
 
