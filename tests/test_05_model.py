@@ -22,8 +22,7 @@ CONFIG = LESSON / "train_cfg.yaml"
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """These models are tiny: a second thread only adds waiting at every operation, and
-    with tests running in parallel it fights the other worker for the cores."""
+    """Tiny models: a second thread only adds waiting, and fights the other worker."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -146,8 +145,8 @@ def test_config_overrides_are_typed():
 
 @pytest.mark.parametrize(
     "override, message",
-    [  # OmegaConf's refusals (a key or a type), then config.check's (a value)
-        ("trainer.max_epoch=3", "unknown setting trainer.max_epoch: Key 'max_epoch' not in"),
+    [  # OmegaConf's refusals (a key or a type), then config.check's (a value); a misspelt
+        # name in a section, through main.py: test_scripts' WRONG_VALUES
         ("traner.max_epochs=3", "unknown setting traner: Key 'traner' not in 'Config'"),
         ("optimizer.lr=fast", "bad value for optimizer.lr: Value 'fast' of type 'str' could"),
         ("trainer.max_epochs=2.5", "bad value for trainer.max_epochs: Value '2.5' of type"),
