@@ -174,13 +174,15 @@ const choose = (root, worldSize) => {
 };
 """
 
-# Choose each world size, press next until it is disabled (the end), then back until
-# that is disabled (the start), reading the stepper after every press.
-WALK = (
+# On the first stepper of the page: choose each world size, press next until it is
+# disabled (the end), then back until that is disabled (the start), reading the stepper
+# after every press. On the other two: press and choose on each, reading both after every
+# move ([world size, step, ranks drawn] of each).
+MOVES = (
     "(() => {"
     + READ
     + """
-  const root = document.querySelector(".ring-stepper");
+  const [root, one, two] = document.querySelectorAll(".ring-stepper");
   const walks = {first: read(root)};
   for (const option of root.querySelector('[data-role="world-size"]').options) {
     choose(root, option.value);
@@ -194,7 +196,12 @@ WALK = (
     }
     walks[option.value] = seen;
   }
-  return walks;
+  const both = () => [read(one), read(two)].map(s => [s.world_size, s.step, s.contributors.length]);
+  const seen = [both()];
+  press(one, "next"); press(one, "next"); seen.push(both());
+  press(two, "next"); choose(two, 6); seen.push(both());
+  press(two, "end"); press(one, "start"); seen.push(both());
+  return [walks, new Set([root.id, one.id, two.id]).size, seen];
 })()"""
 )
 
@@ -213,8 +220,9 @@ def shown(world_size: int, index: int, step: dict) -> dict:
     }
 
 
-def test_the_page_shows_the_simulation_step_by_step_forward_and_back(tmp_path):
-    problems, walks = in_a_page(WALK, tmp_path, stepper_html())
+def test_the_page_shows_the_simulation_step_by_step_and_steppers_step_independently(tmp_path):
+    steppers = stepper_html(), stepper_html(start=3), stepper_html(world_sizes=[5, 6], start=5)
+    problems, (walks, distinct, seen) = in_a_page(MOVES, tmp_path, *steppers)
 
     assert problems == []
     assert walks.pop("first") == shown(4, 0, expected_steps(4)[0])  # it opens on 4 ranks
@@ -225,32 +233,7 @@ def test_the_page_shows_the_simulation_step_by_step_forward_and_back(tmp_path):
         order = forward + forward[-2::-1]  # to the end, then back to the start
         expected = [shown(world_size, index, steps[index]) for index in order]
         assert walks[str(world_size)] == expected, f"{world_size} ranks"
-
-
-# Two steppers on one page: press and choose on each, reading both after every move.
-TWO = (
-    "(() => {"
-    + READ
-    + """
-  const [one, two] = document.querySelectorAll(".ring-stepper");
-  const both = () => [read(one), read(two)].map(s => [s.world_size, s.step, s.contributors.length]);
-  const seen = [both()];
-  press(one, "next"); press(one, "next"); seen.push(both());
-  press(two, "next"); choose(two, 6); seen.push(both());
-  press(two, "end"); press(one, "start"); seen.push(both());
-  return [one.id !== two.id, seen];
-})()"""
-)
-
-
-def test_two_steppers_on_one_page_step_independently(tmp_path):
-    problems, (distinct, seen) = in_a_page(
-        TWO, tmp_path, stepper_html(start=3), stepper_html(world_sizes=[5, 6], start=5)
-    )
-
-    assert problems == []
-    assert distinct
-    # [world size, step, ranks drawn] of each stepper.
+    assert distinct == 3
     assert seen == [
         [[3, 0, 3], [5, 0, 5]],
         [[3, 2, 3], [5, 0, 5]],
