@@ -102,7 +102,7 @@ class CountingStdout(io.StringIO):
         return super().write(text)
 
 
-def test_log_is_one_write_per_line_prefixed_with_the_rank(monkeypatch):
+def test_log_is_one_write_per_line_prefixed_with_the_rank_and_log0_is_rank_0s(monkeypatch):
     monkeypatch.setenv("RANK", "2")
     out = CountingStdout()
     monkeypatch.setattr("sys.stdout", out)
@@ -110,12 +110,9 @@ def test_log_is_one_write_per_line_prefixed_with_the_rank(monkeypatch):
     distributed.log0("only rank 0 says this")
     assert out.getvalue() == "[rank2] epoch 1 | loss 0.5\n"
     assert out.writes == 1  # line and newline together: no interleaving mid-line
-
-
-def test_log0_speaks_on_rank_0(monkeypatch, capsys):
     monkeypatch.setenv("RANK", "0")
     distributed.log0("the loss, averaged over ranks")
-    assert capsys.readouterr().out == "[rank0] the loss, averaged over ranks\n"
+    assert out.getvalue().endswith("\n[rank0] the loss, averaged over ranks\n")
 
 
 def test_argument_errors_are_one_line_with_the_launch_command(capsys):
@@ -141,21 +138,6 @@ def test_dataset_is_the_same_everywhere_and_depends_on_the_seed():
     assert not torch.equal(first.inputs, other.inputs)
     x, y = first[5]
     assert x.shape == (20,) and y.shape == (1,)
-
-
-def test_the_model_learns_the_dataset():
-    data = SyntheticRegression(2048)
-    model = regression_model(seed=0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    losses = []
-    for _ in range(200):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(data.inputs), data.targets)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    assert losses[0] > 5  # it starts far off
-    assert losses[-1] < 0.02  # and ends at the noise floor (0.1 ** 2)
 
 
 def test_model_start_is_seeded():
