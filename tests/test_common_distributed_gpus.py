@@ -14,118 +14,79 @@ from conftest import fake_cuda_gpus
 
 from common import distributed
 
-
-@pytest.fixture
-def machine(monkeypatch):
-    """`machine(gpus, **environment)`: fake `gpus` CUDA GPUs and torchrun's variables;
-    returns the list of devices `set_device` was called with."""
-    chosen = []
-
-    def fake(gpus: int, **environment: str) -> list[int]:
-        fake_cuda_gpus(monkeypatch, gpus)
-        monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
-        names = ("DDP_DEVICE", "CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE")
-        for name in names + ("WORLD_SIZE", "MASTER_ADDR"):
-            monkeypatch.delenv(name, raising=False)
-        for name, value in environment.items():
-            monkeypatch.setenv(name, value)
-        return chosen
-
-    return fake
-
-
-def test_each_process_takes_the_gpu_of_its_local_rank(machine):
-    chosen = machine(
-        4, LOCAL_WORLD_SIZE="4", WORLD_SIZE="8", GROUP_WORLD_SIZE="2", MASTER_ADDR="node1"
-    )
-    assert [distributed.device_for(rank) for rank in range(4)] == [
-        torch.device("cuda", rank) for rank in range(4)
-    ]
-    assert chosen == [0, 1, 2, 3]
-
-
-@pytest.mark.parametrize("local_rank", [0, 1])  # both stop: the GPU owner too
-def test_more_processes_than_gpus_stop_every_process_with_one_line(machine, local_rank):
-    chosen = machine(1, LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
-    with pytest.raises(SystemExit) as stopped:
-        distributed.device_for(local_rank)
-    assert str(stopped.value) == (
-        "2 processes on this machine but 1 GPU(s), and each process needs a GPU of its "
-        "own: start at most 1 (--nproc_per_node=1), or run on the CPU with DDP_DEVICE=cpu"
-    )
-    assert chosen == []
-
-
-def test_under_mp_spawn_the_local_rank_is_what_counts(machine):
-    """mp.spawn sets no LOCAL_WORLD_SIZE: the process with no GPU left stops."""
-    chosen = machine(1)
-    assert distributed.device_for(0) == torch.device("cuda", 0)
-    with pytest.raises(SystemExit, match=r"^2 processes on this machine but 1 GPU\(s\)"):
-        distributed.device_for(1)
-    assert chosen == [0]
-
-
-@pytest.mark.parametrize("local_world_size", ["2", "1"])  # node 0 and node 1 of 2 + 1
-def test_two_agents_on_one_machine_without_gpus_of_their_own_stop(machine, local_world_size):
-    chosen = machine(
-        4,
-        LOCAL_WORLD_SIZE=local_world_size,
-        WORLD_SIZE="3",
-        GROUP_WORLD_SIZE="2",
-        MASTER_ADDR="127.0.0.1",
-    )
-    with pytest.raises(SystemExit) as stopped:
-        distributed.device_for(0)
-    assert str(stopped.value) == (
-        "2 torchrun agents on this machine play 2 nodes, and each would put its local "
-        "rank 0 on GPU 0: give each agent GPUs of its own (CUDA_VISIBLE_DEVICES=0 for "
-        "one, =1 for the other...), or run on the CPU with DDP_DEVICE=cpu"
-    )
-    assert chosen == []
-
-
-@pytest.mark.parametrize(
-    "environment",
-    [
-        {"CUDA_VISIBLE_DEVICES": "1"},  # each agent was given a GPU of its own
-        {"MASTER_ADDR": "node1"},  # two real machines
-        {"DDP_DEVICE": "cpu"},  # the simulated nodes run on the CPU
-    ],
+TOO_MANY = (
+    "2 processes on this machine but 1 GPU(s), and each process needs a GPU of its "
+    "own: start at most 1 (--nproc_per_node=1), or run on the CPU with DDP_DEVICE=cpu"
 )
-def test_two_agents_are_fine_with_gpus_of_their_own_or_on_two_machines(machine, environment):
-    setting = {"LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2"}
-    setting["MASTER_ADDR"] = "127.0.0.1"
-    machine(2, **(setting | environment))
-    expected = "cpu" if "DDP_DEVICE" in environment else "cuda"
-    assert distributed.device_for(0).type == expected
+TWO_AGENTS = (
+    "2 torchrun agents on this machine play 2 nodes, and each would put its local "
+    "rank 0 on GPU 0: give each agent GPUs of its own (CUDA_VISIBLE_DEVICES=0 for "
+    "one, =1 for the other...), or run on the CPU with DDP_DEVICE=cpu"
+)
+HERE = {"MASTER_ADDR": "127.0.0.1"}
+TWO_HERE = {"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"} | HERE
+AGENTS = {"GROUP_WORLD_SIZE": "2"} | HERE  # torchrun agents on this machine, playing nodes
+AGENT_OF_2 = {"LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2"} | AGENTS
+
+# id: (GPUs, torchrun's variables, local rank, the device it gets or the line it stops with)
+CASES = {
+    **{
+        f"local rank {rank} of 4 on 4 GPUs takes GPU {rank}": (
+            4,
+            {"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8", "GROUP_WORLD_SIZE": "2"}
+            | {"MASTER_ADDR": "node1"},
+            rank,
+            f"cuda:{rank}",
+        )
+        for rank in range(4)
+    },
+    # More processes than GPUs: both stop, the GPU's owner too.
+    "2 processes, 1 GPU: local rank 0": (1, TWO_HERE, 0, TOO_MANY),
+    "2 processes, 1 GPU: local rank 1": (1, TWO_HERE, 1, TOO_MANY),
+    # mp.spawn sets no LOCAL_WORLD_SIZE: the process with no GPU left stops.
+    "mp.spawn, 1 GPU: local rank 0": (1, {}, 0, "cuda:0"),
+    "mp.spawn, 1 GPU: local rank 1": (1, {}, 1, TOO_MANY),
+    # Node 0 and node 1 of 2 + 1 processes, on one machine's GPUs.
+    "2 agents on 4 GPUs: the agent of 2": (4, AGENTS | {"LOCAL_WORLD_SIZE": "2"}, 0, TWO_AGENTS),
+    "2 agents on 4 GPUs: the agent of 1": (4, AGENTS | {"LOCAL_WORLD_SIZE": "1"}, 0, TWO_AGENTS),
+    "2 agents, each given a GPU": (2, AGENT_OF_2 | {"CUDA_VISIBLE_DEVICES": "1"}, 0, "cuda:0"),
+    "2 agents on two machines": (2, AGENT_OF_2 | {"MASTER_ADDR": "node1"}, 0, "cuda:0"),
+    "2 agents on the CPU": (2, AGENT_OF_2 | {"DDP_DEVICE": "cpu"}, 0, "cpu"),
+    "GPUs left over": (8, TWO_HERE, 1, "cuda:1"),
+    # torchrun --virtual-local-rank: LOCAL_RANK=0 in every worker, and a
+    # CUDA_VISIBLE_DEVICES naming that worker's GPU (its first, its fourth), its only one.
+    **{
+        f"virtual local rank, GPU {gpu}": (
+            1,
+            {"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "4", "CUDA_VISIBLE_DEVICES": gpu} | HERE,
+            0,
+            "cuda:0",
+        )
+        for gpu in ("0", "3")
+    },
+    # Without --virtual-local-rank the local rank 1 process has no GPU: it stops.
+    "1 GPU set by hand for 2": (1, TWO_HERE | {"CUDA_VISIBLE_DEVICES": "0"}, 1, TOO_MANY),
+}
 
 
-def test_gpus_left_over_are_fine(machine):
-    chosen = machine(8, LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1")
-    assert distributed.device_for(1) == torch.device("cuda", 1)
-    assert chosen == [1]
-
-
-@pytest.mark.parametrize("visible", ["0", "3"])  # the agent's first and fourth GPU
-def test_virtual_local_rank_each_worker_sees_its_own_gpu(machine, visible):
-    """torchrun --virtual-local-rank: LOCAL_RANK=0 in every worker, and a
-    CUDA_VISIBLE_DEVICES naming that worker's GPU, which it sees as its only one."""
-    chosen = machine(
-        1,
-        LOCAL_WORLD_SIZE="4",
-        WORLD_SIZE="4",
-        MASTER_ADDR="127.0.0.1",
-        CUDA_VISIBLE_DEVICES=visible,
-    )
-    assert distributed.device_for(0) == torch.device("cuda", 0)
-    assert chosen == [0]
-
-
-def test_one_gpu_set_by_hand_for_two_processes_still_stops(machine):
-    """Without --virtual-local-rank the local rank 1 process has no GPU: it stops."""
-    chosen = machine(
-        1, LOCAL_WORLD_SIZE="2", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", CUDA_VISIBLE_DEVICES="0"
-    )
-    with pytest.raises(SystemExit, match=r"^2 processes on this machine but 1 GPU\(s\)"):
-        distributed.device_for(1)
-    assert chosen == []
+@pytest.mark.parametrize("gpus, environment, local_rank, expected", CASES.values(), ids=CASES)
+def test_each_process_gets_its_own_gpu_or_every_process_stops_with_one_line(
+    gpus, environment, local_rank, expected, monkeypatch
+):
+    fake_cuda_gpus(monkeypatch, gpus)
+    chosen = []  # the devices set_device was called with
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    names = ("DDP_DEVICE", "CUDA_VISIBLE_DEVICES", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE")
+    for name in names + ("WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    if expected.startswith(("cuda", "cpu")):
+        device = torch.device(expected)
+        assert distributed.device_for(local_rank) == device
+        assert chosen == ([device.index] if device.type == "cuda" else [])
+    else:
+        with pytest.raises(SystemExit) as stopped:
+            distributed.device_for(local_rank)
+        assert str(stopped.value) == expected
+        assert chosen == []
