@@ -61,10 +61,9 @@ def notebook(monkeypatch):
 
 @pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 8])
 def test_every_launch_of_a_notebook_runs_where_the_notebook_decided(gpus, notebook, count):
-    """Faked GPU counts: a notebook that starts up to 4 processes per machine runs every
-    launch on the GPUs when there are 4 or more, else every launch on the CPU, the
-    one-process launches too (the old launcher moved only the launches with more
-    processes than GPUs to the CPU, and then compared them with GPU runs)."""
+    """A notebook that starts up to 4 processes per machine runs every launch on the GPUs
+    when there are 4 or more, else on the CPU, the one-process launches too: a notebook
+    compares its launches' results, so they come from one device."""
     gpus(count)
     device = notebook.choose(processes_per_machine=4)
     assert device == ("cuda" if count >= 4 else "cpu")
