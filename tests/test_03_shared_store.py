@@ -1,16 +1,12 @@
-"""Lesson 03: what torchrun's shared store does to an elastic join, as the notebooks say.
+"""Lesson 03: what torchrun's shared store does to an elastic join and to a restart.
 
 By default (PyTorch 2.4 and later) the torchrun agents lend their rendezvous store to
-their workers. When a node joins a running job, the joining agent waits for the
-address of the new round's worker rank 0, which the running agent never publishes: it
-fails after the store's read timeout with the DistStoreError that the elastic notebook
-quotes, and takes the running agent down with it. With
-TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 the same join works (the elastic notebook's run).
-The notebook's timeout is the default 60 s; here `read_timeout=5` makes it 5 s.
-
-And `stale_address.py`, which the lesson 03 notebook runs without the variable (the
-restarted rank 0 reads the dead worker's address; its check cell holds the outcome to
-gloo's rule): with the variable, the restarted group has a store of its own and meets.
+their workers. A node joining a running job waits for the address of the new round's
+worker rank 0, which the running agent never publishes: it fails after the store's read
+timeout (the notebook's default 60 s, here `read_timeout=5`) with the DistStoreError that
+the elastic notebook quotes, and takes the running agent down with it (the notebook joins
+with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1). And `stale_address.py`, which the lesson 03
+notebook runs without the variable: with it, the restarted group meets in a store of its own.
 """
 
 import re
@@ -71,16 +67,6 @@ def test_with_the_variable_the_restarted_group_meets_in_a_store_of_its_own(tmp_p
     assert "already in the store" not in output
 
 
-def exit_codes(torchrun_output: str) -> list[int]:
-    """Each worker's exit code from torchrun's failure report ("exitcode  : -15 (pid..."),
-    root cause included."""
-    return [
-        int(line.split(":", 1)[1].split()[0])
-        for line in torchrun_output.splitlines()
-        if line.strip().startswith("exitcode  :")
-    ]
-
-
 def test_stale_address_without_a_restart_to_show_says_so_on_every_rank_that_runs(tmp_path):
     """Both ranks check the launch. The first to refuse exits 2, and torchrun then stops
     the other with SIGTERM (-15): before its check (it says nothing, which is right), or
@@ -94,7 +80,8 @@ def test_stale_address_without_a_restart_to_show_says_so_on_every_rank_that_runs
         timeout=120,
         quiet=True,
     )
-    codes = exit_codes(output)
+    # Each worker's exit code from torchrun's failure report ("exitcode  : -15 (pid...").
+    codes = [int(code) for code in re.findall(r"^\s*exitcode\s*: (-?\d+)", output, re.M)]
     assert len(codes) == 2 and set(codes) <= {2, -15} and 2 in codes, output[-3000:]
     said = [line for line in output.splitlines() if line.startswith("stale_address.py: ")]
     assert codes.count(2) <= len(said) <= 2, output[-3000:]
