@@ -13,12 +13,7 @@ from conftest import PYTHON, REPO, made_once
 
 from course.lessons import lesson_notebooks
 from course.slides import slide_types, to_slides
-from course.speaker_notes import (
-    NotesError,
-    notes_file,
-    page_titles,
-    read_notes,
-)
+from course.speaker_notes import NotesError, notes_file, page_titles, read_notes
 
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 
@@ -77,19 +72,12 @@ def test_a_solutions_heading_skips_until_the_end():
 
 
 @pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_every_lesson_cell_carries_slide_metadata(notebook):
-    nb = nbformat.read(notebook, as_version=4)
-    types = [cell.metadata.get("slideshow", {}).get("slide_type") for cell in nb.cells]
-    assert set(types) <= SLIDE_TYPES, types
-    assert types[0] == "slide"
-
-
-@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
 def test_every_lesson_cell_carries_the_type_the_rule_gives(notebook):
     """The rule is decided in one place: the types stored in the notebooks are its."""
     nb = nbformat.read(notebook, as_version=4)
     kinds = [("md" if cell.cell_type == "markdown" else "code", cell.source) for cell in nb.cells]
     stored = [cell.metadata.get("slideshow", {}).get("slide_type") for cell in nb.cells]
+    assert set(stored) <= SLIDE_TYPES and stored[0] == "slide", stored
     expected = slide_types(kinds)
     wrong = [
         f"cell {number} ({cell.get('id')}): {have}, the rule gives {want}"
@@ -200,16 +188,11 @@ def test_the_command_writes_every_deck(decks):
 
 
 @pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_the_notebook_shows_no_speaker_notes(notebook):
-    """They are the instructor's: a learner reading the notebook never meets one."""
-    nb = nbformat.read(notebook, as_version=4)
-    shown = [c.get("id") for c in nb.cells if "Speaker notes." in c.source]
-    assert shown == [], f"{notebook.name}: move these cells to {notes_file(notebook).name}"
-
-
-@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
 def test_the_notes_file_has_a_section_per_page_in_the_order_of_the_talk(notebook):
     nb = nbformat.read(notebook, as_version=4)
+    # They are the instructor's: a learner reading the notebook never meets one.
+    shown = [c.get("id") for c in nb.cells if "Speaker notes." in c.source]
+    assert shown == [], f"{notebook.name}: move these cells to {notes_file(notebook).name}"
     types = [cell.metadata["slideshow"]["slide_type"] for cell in nb.cells]
     pages = []  # the titles of the pages the deck shows, each once, in order
     for line_title, slide_type in zip(page_titles(nb.cells), types, strict=True):
