@@ -37,18 +37,6 @@ TINY = (
 AGENT_FIELD = re.compile(r"^I\S+ \S+ (\d+) \S+api\.py:\d+\]\s+(\w+)=(.*)$", re.MULTILINE)
 
 
-def lesson_copy(folder):
-    """The lesson's files in a folder of their own: the job writes its snapshot,
-    metrics and output file into the folder it is submitted from."""
-    copy = folder / "05_mingpt"
-    shutil.copytree(
-        LESSON,
-        copy,
-        ignore=shutil.ignore_patterns("*.ipynb", "*.pt", "*.jsonl", "*.out", "__pycache__"),
-    )
-    return copy
-
-
 def rendezvous_results(output):
     """{agent pid: [{field: value} for each rendezvous round]} from the agents' logs."""
     results = {}
@@ -82,7 +70,11 @@ def kill_worker(job_id: int, rank: int) -> int:
 def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     slurm_installed, tmp_path
 ):
-    lesson = lesson_copy(tmp_path)
+    # The lesson's files in a folder of their own: the job writes its snapshot, metrics
+    # and output file into the folder it is submitted from.
+    lesson = tmp_path / "05_mingpt"
+    ignored = shutil.ignore_patterns("*.ipynb", "*.pt", "*.jsonl", "*.out", "__pycache__")
+    shutil.copytree(LESSON, lesson, ignore=ignored)
     text, _ = char_dataset.load_text(None)
     data = tmp_path / "text.txt"
     data.write_text(text[:24_000], encoding="utf-8")
