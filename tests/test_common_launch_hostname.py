@@ -43,7 +43,7 @@ def why_no_uts_namespace() -> str | None:
 HELLO = "{REPO}/00_intro/hello_torchrun.py"
 TWO_AGENTS = "torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_id=t "
 HELLO_SAID = "all_reduce(SUM) of the ranks = 1 (expected 1)"
-# Each command, and the line its output has once per rank (mp.spawn's: once, rank 0).
+# Each command, a line it prints, and how often: hello's once per rank, mp.spawn's once.
 LAUNCHES = [
     ("torchrun --standalone --nproc_per_node=2 " + HELLO, HELLO_SAID, 2),
     # Two agents on this machine playing two nodes, as lesson 04 starts them.
