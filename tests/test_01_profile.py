@@ -1,6 +1,6 @@
 """Lesson 01's profiler section: `trace_reader.py` on small traces written here, where the
-answer is known to the microsecond, then on the traces of a real `ddp_profile.py` launch:
-DDP's job must read as overlap, the job with overlap turned off as none."""
+answer is known to the microsecond, then on the traces of a real `ddp_profile.py` launch
+of plain DDP(model)."""
 
 import json
 import math
@@ -99,8 +99,9 @@ def test_hand_timed_events_are_compared_bucket_by_bucket(tmp_path):
         reader.hand_timed_differences(step, [hand[0], {**hand[1], "numel": 2 * LAYER}])
 
 
-def test_ddp_reads_as_overlap_and_the_job_without_it_as_none(tmp_path):
-    # A real launch, plain DDP(model) (no hooks): two buckets, the last layer first.
+def test_plain_ddp_s_trace_reads_as_its_two_buckets_launched_during_the_backward(tmp_path):
+    # A real launch, plain DDP(model) (no hooks): two buckets, the last layer first. With
+    # overlap turned off none is hidden: lesson 01's check cell asserts it on its launch.
     output = run(
         f"torchrun --standalone --nproc_per_node=2 {REPO / '01_theory' / 'ddp_profile.py'} "
         f"--bucket-cap-mb default --steps 2 --out {tmp_path}",
@@ -120,5 +121,3 @@ def test_ddp_reads_as_overlap_and_the_job_without_it_as_none(tmp_path):
             assert min(bucket.launched for bucket in step.buckets) < step.backward_ended, step
         for step in reader.read_steps(tmp_path / "after_backward" / f"rank{rank}.json"):
             assert [round(b.megabytes, 3) for b in step.buckets] == [8.016], step
-            assert step.hidden() == 0 and step.exposed() > 0, step
-            assert all(bucket.started >= step.backward_ended for bucket in step.buckets)
