@@ -50,12 +50,6 @@ def test_a_part_that_cannot_run_says_why_and_is_recorded(
     assert record.read_text() == f"{tmp_path.name}: The demo part: no Slurm here\n"
 
 
-def test_under_strict_mode_a_part_that_cannot_run_fails(environment, monkeypatch):
-    monkeypatch.setenv("COURSE_STRICT", "1")
-    with pytest.raises(parts.PartCannotRun, match="^COURSE_STRICT=1, and The demo part cannot"):
-        parts.unavailable("The demo part", "no Slurm here")
-
-
 @pytest.mark.parametrize("strict", [False, True], ids=["skipped", "strict"])
 def test_pytest_lists_a_notebooks_skipped_part_or_fails_it(environment, tmp_path, strict):
     (tmp_path / "demo.ipynb").write_text(json.dumps(NOTEBOOK))
