@@ -40,9 +40,9 @@ def test_the_tied_output_layer_runs_first_and_readies_nothing():
     assert sizes[-1] == 4 * (gpt.vocabulary + gpt.context) * gpt.width and ready[-1] == 1.0
 
 
-def test_nccl_s_choice_is_the_default_and_picks_the_tree_at_1024_gpus():
+def test_nccl_s_choice_is_the_default_and_a_ring_on_one_machine():
+    # Its tree for 25 MB buckets at 1,024 GPUs: the at-scale notebook's check cell.
     ib = at_scale.H100_INFINIBAND
-    assert at_scale.nccl_choice(25 * 2**20, 1024, ib)[0] == "tree"
     assert at_scale.nccl_choice(25 * 2**20, 8, ib)[0] == "ring"  # one machine: bandwidth wins
     gpt = at_scale.GPT_125M
     default = at_scale.predict(gpt, 1024, ib, 8)[1]
@@ -93,11 +93,11 @@ def test_predictions_move_the_way_the_model_says():
     assert small < at_scale.predict(gpt, 1024, ib, 8, bucket_cap_mb=25)[1] - 0.2
 
 
-def test_a_fixed_global_batch_collapses_at_hundreds_of_gpus():
+def test_a_fixed_global_batch_scales_on_one_machine_and_cannot_split_past_its_sequences():
+    # Its collapse at 512 GPUs (under 0.5): the at-scale notebook's check cell.
     gpt, ib = at_scale.GPT_125M, at_scale.H100_INFINIBAND
     half_million = 2**19  # GPT-3's batch for its 125M model, in tokens
     assert at_scale.strong_scaling(gpt, 8, ib, half_million) > 0.95
-    assert at_scale.strong_scaling(gpt, 512, ib, half_million) < 0.5
     assert at_scale.strong_scaling(gpt, 1024, ib, half_million) is None  # 512 sequences
     # The same GPUs with the batch per GPU fixed: nothing collapses.
     assert at_scale.predict(gpt, 512, ib, 8)[1] > 0.9
