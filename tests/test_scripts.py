@@ -1,65 +1,38 @@
 """Every lesson script, launched wrong, answers in one line and exits non-zero.
 
 One table for all of them. The scripts are found on disk (every lesson `.py` with a
-`__main__` block), so a new script fails `test_every_lesson_script_is_in_the_table`
-until it gets its row. The commands run through `run_forked` (conftest): one
-interpreter imports torch once and forks per command, so ~100 launches take seconds.
+`__main__` block), so a new script is held to it at once (one that needs arguments fails
+until it gets them in NEEDED_ARGUMENTS). The commands run through `run_forked` (conftest):
+one interpreter imports torch once and forks per command, so ~100 launches take seconds.
 """
 
 import json
 import re
 import shlex
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON, REPO, lesson_module, lesson_scripts, made_once, run_forked
 
 from course.launches import LAUNCHES
 
-# Each script's smallest correct arguments (as a learner would type them).
-CORRECT_ARGUMENTS = {
-    "00_intro/hello_torchrun.py": [],
-    "01_theory/collectives_tour.py": [],
-    "01_theory/ddp_buckets.py": [],
+SCRIPTS = [path.relative_to(REPO).as_posix() for path in lesson_scripts()]
+# The smallest correct arguments (as a learner would type them) of the scripts that need
+# some; every other lesson script is correct with none.
+NEEDED_ARGUMENTS = {
     "01_theory/ddp_profile.py": ["--out", "traces"],
-    "01_theory/ddp_step_times.py": [],
-    "01_theory/ddp_replicas.py": [],
-    "01_theory/ring_allreduce.py": [],
-    "01_theory/sampler_indices.py": [],
-    "02_multigpu/benchmark_scaling.py": [],
-    "02_multigpu/checkpoint_barrier.py": [],
-    "02_multigpu/ddp_options/bucket_view.py": [],
-    "02_multigpu/ddp_options/comm_hooks.py": [],
     "02_multigpu/ddp_options/ddp_checkpoints.py": ["--folder", "checkpoints"],
-    "02_multigpu/ddp_options/ddp_compile.py": [],
-    "02_multigpu/ddp_options/static_graph.py": [],
-    "02_multigpu/ddp_options/sync_buffers.py": [],
-    "02_multigpu/ddp_options/unused_parameters.py": [],
-    "02_multigpu/exit_abort.py": [],
-    "02_multigpu/grad_accumulation.py": [],
-    "02_multigpu/model_parallel.py": [],
     "02_multigpu/multigpu.py": ["20", "5"],
-    "02_multigpu/scaling.py": [],
     "02_multigpu/single_gpu.py": ["20", "5"],
-    "02_multigpu/slow_rank.py": [],
-    "02_multigpu/sync_batchnorm.py": [],
-    "02_multigpu/uneven_inputs.py": [],
-    "03_fault_tolerance/measure_recovery.py": [],
     "03_fault_tolerance/multigpu_preemptible.py": ["20", "5"],
     "03_fault_tolerance/multigpu_torchrun.py": ["20", "5"],
     "03_fault_tolerance/rendezvous_server.py": ["29400"],
-    "03_fault_tolerance/stale_address.py": [],
     "04_multinode/hangs/classic_hangs.py": ["--case", "order"],
-    "04_multinode/hangs/one_collective_too_many.py": [],
     "04_multinode/multinode.py": ["50", "10"],
-    "04_multinode/node_report.py": [],
-    "04_multinode/troubleshooting/missing_node.py": [],
-    "04_multinode/troubleshooting/port_in_use.py": [],
-    "04_multinode/troubleshooting/unreachable_master.py": [],
     "05_mingpt/benchmark.py": ["throughput"],
-    "05_mingpt/fsdp_shards.py": [],
-    "05_mingpt/main.py": [],
 }
+CORRECT_ARGUMENTS = {script: NEEDED_ARGUMENTS.get(script, []) for script in SCRIPTS}
 
 # Wrong values, each with the words that must name what is wrong: each way a script checks
 # a value, once (positive_int's 0, negatives and words: tests/test_common.py).
@@ -126,9 +99,10 @@ DOCUMENTED_COMMANDS = documented_lesson_commands()
 # docs/scripts.md's example of a script started the wrong way, and what it prints.
 DOCUMENTED_REFUSAL = re.search(r"```console\n\$ \.venv/bin/python (\S+)\n(.+)\n```", SCRIPTS_PAGE)
 
-# Commands also run by a real interpreter, to show the forked runner gives the same.
+# Commands also run by a real interpreter, to show the forked runner gives the same: a
+# refusal of the script's own (exit 1) and one of argparse's (exit 2).
 COMPARED_SCRIPT = "00_intro/hello_torchrun.py"
-COMPARED_ARGUMENTS = [[], ["--bogus"], ["--epochs", "x"]]
+COMPARED_ARGUMENTS = [[], ["--bogus"]]
 
 
 def is_torchrun_script(script: str) -> bool:
@@ -146,9 +120,11 @@ def launched(tmp_path_factory):
     commands += [(s, a) for s, a in CORRECT_ARGUMENTS.items() if is_torchrun_script(s)]
     commands += [(script, arguments) for script, arguments, _ in WRONG_VALUES]
     commands += [(COMPARED_SCRIPT, arguments) for arguments in COMPARED_ARGUMENTS]
-    commands += [(launch.script, launch_arguments(launch)) for launch in LAUNCHES]
+    # `--bogus` last: argparse names an unknown option only once every other one parsed.
+    commands += [(launch.script, launch_arguments(launch) + ["--bogus"]) for launch in LAUNCHES]
     commands += [(script, arguments + ["--bogus"]) for script, arguments in DOCUMENTED_COMMANDS]
     commands += [(DOCUMENTED_REFUSAL[1], [])]
+    commands = list(dict.fromkeys((s, tuple(a)) for s, a in commands))  # each once
 
     def launch_all(folder):
         work = folder / "work"
@@ -160,22 +136,28 @@ def launched(tmp_path_factory):
     results = json.loads(
         (made_once(tmp_path_factory, "launched_wrong", launch_all) / "results.json").read_text()
     )
-    return {(s, tuple(a)): result for (s, a), result in zip(commands, results, strict=True)}
+    return dict(zip(commands, results, strict=True))
 
 
 def launch_arguments(launch) -> list[str]:
-    """A `course/launches.py` entry's arguments (mp.spawn's `--world_size` included), and
-    `--bogus`: argparse names an unknown option only once every other argument parsed."""
+    """A `course/launches.py` entry's arguments, mp.spawn's `--world_size` included."""
     spawned = ["--world_size", "2"] if launch.launcher == "spawn" else []
-    return [*launch.arguments, *spawned, "--bogus"]
+    return [*launch.arguments, *spawned]
 
 
-def one_line_refusal(result: dict, status: int) -> str:
+def refusal(launched, script: str, arguments, status: int) -> str:
     """The refusal's line, after checking it is the only output and the exit status."""
+    result = launched[script, tuple(arguments)]
     assert result["status"] == status, result
     assert result["stdout"] == "", result
     assert result["stderr"].count("\n") == 1, result["stderr"]
     return result["stderr"]
+
+
+def parses(launched, script: str, arguments) -> None:
+    """The arguments parse: argparse got as far as the `--bogus` after them."""
+    line = refusal(launched, script, [*arguments, "--bogus"], status=2)
+    assert line.startswith(f"{Path(script).name}: unrecognized arguments: --bogus;"), line
 
 
 def launch_hint(line: str) -> str:
@@ -186,50 +168,40 @@ def launch_hint(line: str) -> str:
 def hint_for(script: str, launched) -> str:
     """The command the script gives for an unknown option, checked to start the script
     the way it must be started: torchrun for the scripts torchrun starts, else python."""
-    arguments = tuple(CORRECT_ARGUMENTS[script] + ["--bogus"])
-    hint = launch_hint(launched[script, arguments]["stderr"])
-    name = script.rsplit("/", 1)[1]
+    hint = launch_hint(launched[script, (*CORRECT_ARGUMENTS[script], "--bogus")]["stderr"])
     launcher = "torchrun " if is_torchrun_script(script) else "python "
-    assert hint.startswith(launcher) and f" {name}" in hint, hint
+    assert hint.startswith(launcher) and f" {Path(script).name}" in hint, hint
     return hint
 
 
-def test_every_lesson_script_is_in_the_table():
-    assert {path.relative_to(REPO).as_posix() for path in lesson_scripts()} == set(
-        CORRECT_ARGUMENTS
-    )
+def test_every_script_given_arguments_is_a_lesson_script():
+    assert set(NEEDED_ARGUMENTS) <= set(SCRIPTS)
 
 
-@pytest.mark.parametrize("script", sorted(CORRECT_ARGUMENTS))
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_an_unknown_option_is_one_line_with_the_launch_command(script, launched):
-    arguments = tuple(CORRECT_ARGUMENTS[script] + ["--bogus"])
-    line = one_line_refusal(launched[script, arguments], status=2)
-    name = script.rsplit("/", 1)[1]
-    assert (
-        line
-        == f"{name}: unrecognized arguments: --bogus; launch it as: {hint_for(script, launched)}\n"
-    )
+    line = refusal(launched, script, [*CORRECT_ARGUMENTS[script], "--bogus"], status=2)
+    hint = hint_for(script, launched)
+    assert line == f"{Path(script).name}: unrecognized arguments: --bogus; launch it as: {hint}\n"
 
 
 @pytest.mark.parametrize("launch", LAUNCHES, ids=lambda launch: launch.name)
 def test_the_arguments_the_gpu_mode_and_the_stress_script_give_parse(launch, launched):
     """Each entry of course/launches.py is launched only on a GPU machine or by the stress
-    script: a renamed option would break them silently. Here its arguments parse."""
-    line = one_line_refusal(launched[launch.script, tuple(launch_arguments(launch))], status=2)
-    assert line.startswith(f"{launch.script.rsplit('/', 1)[1]}: unrecognized arguments: --bogus;")
+    script: a renamed option would break them silently."""
+    parses(launched, launch.script, launch_arguments(launch))
 
 
-@pytest.mark.parametrize("script", sorted(s for s in CORRECT_ARGUMENTS if is_torchrun_script(s)))
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if is_torchrun_script(s)])
 def test_plain_python_says_it_needs_torchrun_and_how_to_launch_it(script, launched):
-    line = one_line_refusal(launched[script, tuple(CORRECT_ARGUMENTS[script])], status=1)
-    name = script.rsplit("/", 1)[1]
-    assert f"{name} must be started by torchrun" in line
+    line = refusal(launched, script, CORRECT_ARGUMENTS[script], status=1)
+    assert f"{Path(script).name} must be started by torchrun" in line
     assert launch_hint(line) == hint_for(script, launched)
 
 
 @pytest.mark.parametrize("script, arguments, complaint", WRONG_VALUES)
 def test_a_wrong_value_is_one_line_naming_it(script, arguments, complaint, launched):
-    line = one_line_refusal(launched[script, tuple(arguments)], status=2)
+    line = refusal(launched, script, arguments, status=2)
     assert complaint in line
     assert launch_hint(line) == hint_for(script, launched)
 
@@ -242,20 +214,15 @@ def test_the_forked_runner_gives_what_the_interpreter_gives(arguments, launched,
         [PYTHON, REPO / COMPARED_SCRIPT, *arguments], capture_output=True, text=True, cwd=tmp_path
     )
     forked = launched[COMPARED_SCRIPT, tuple(arguments)]
-    assert (forked["status"], forked["stdout"], forked["stderr"]) == (
-        real.returncode,
-        real.stdout,
-        real.stderr,
-    )
+    assert [forked[key] for key in ("status", "stdout", "stderr")] == [
+        real.returncode, real.stdout, real.stderr
+    ]  # fmt: skip
 
 
 def test_the_documented_lesson_commands_name_scripts_and_arguments_that_parse(launched):
-    assert len(DOCUMENTED_COMMANDS) >= 7 and {s for s, _ in DOCUMENTED_COMMANDS} <= set(
-        CORRECT_ARGUMENTS
-    )
+    assert len(DOCUMENTED_COMMANDS) >= 7 and {s for s, _ in DOCUMENTED_COMMANDS} <= set(SCRIPTS)
     for script, arguments in DOCUMENTED_COMMANDS:
-        line = one_line_refusal(launched[script, (*arguments, "--bogus")], status=2)
-        assert line.startswith(f"{script.rsplit('/', 1)[1]}: unrecognized arguments: --bogus;")
+        parses(launched, script, arguments)
 
 
 def test_the_documented_lesson_05_settings_are_settings_of_main_py():
@@ -267,4 +234,4 @@ def test_the_documented_lesson_05_settings_are_settings_of_main_py():
 
 def test_the_documented_refusal_is_what_the_script_prints(launched):
     script, printed = DOCUMENTED_REFUSAL.groups()
-    assert one_line_refusal(launched[script, ()], status=1) == printed + "\n"
+    assert refusal(launched, script, [], status=1) == printed + "\n"
