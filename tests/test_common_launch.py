@@ -99,6 +99,8 @@ def test_interrupt_kills_the_workers_and_reraises():
     workers and let the KeyboardInterrupt through."""
     script = SCRIPTS / "hanging_workers.py"
     code = (
+        # SIGUSR1 prints every thread's stack: what the test shows if the kernel hangs.
+        "import faulthandler, signal; faulthandler.register(signal.SIGUSR1)\n"
         "from common.launch import run\n"
         f"run('torchrun --standalone --nproc_per_node=2 {script}', timeout=300)\n"
     )
@@ -111,7 +113,16 @@ def test_interrupt_kills_the_workers_and_reraises():
         if len(seen) == 2:
             break
     kernel.send_signal(signal.SIGINT)
-    _, stderr = kernel.communicate(timeout=60)
+    try:
+        _, stderr = kernel.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        kernel.send_signal(signal.SIGUSR1)
+        try:
+            _, stderr = kernel.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            kernel.kill()
+            _, stderr = kernel.communicate()
+        pytest.fail(f"not ended 60 s after SIGINT; its stacks then:\n{stderr[-5000:]}")
     assert kernel.returncode != 0
     assert stderr.strip().splitlines()[-1] == "KeyboardInterrupt"
     assert all(is_gone(pid) for pid in seen)
