@@ -2,7 +2,7 @@
 
 Not on the training path (the progress lines give tokens/s): it states what a token of
 this model costs. tests/test_05_practice.py checks it against PyTorch's own FLOP
-counter, and tests/test_01_cost_model.py checks lesson 01's at-scale GPT shapes against it.
+counter, and tests/test_01_at_scale.py checks lesson 01's at-scale GPT shapes against it.
 
 A transformer's training step costs about 6 floating-point operations per token for each
 weight that multiplies (2 in the forward pass, a multiply and an add; 4 in the backward,
