@@ -70,24 +70,27 @@ def test_a_two_level_ring_of_one_machine_is_a_ring():
     assert across == pytest.approx(ring_seconds(2**20 / 8, 4, slow))
 
 
-def benchmark_rows(link: Link, noise: float, seed: int = 0) -> list[dict]:
+SIZES = [4**k * 2**12 for k in range(8)]  # 4 KB to 64 MB, the benchmark's sizes
+
+
+def made_by(cost, noise: float = 0.05, seed: int = 0, worlds=(2, 4)) -> list[dict]:
+    """Benchmark rows whose times `cost(bytes, world_size)` made, each off by up to
+    +-`noise` (relative), at random."""
     rng = random.Random(seed)
-    rows = []
-    for world_size in (2, 3, 4):
-        for exponent in range(12, 25, 2):
-            seconds = ring_seconds(2**exponent, world_size, link)
-            seconds *= 1 + rng.uniform(-noise, noise)
-            rows.append({"bytes": 2**exponent, "world_size": world_size, "t": seconds})
-    return rows
+    return [{"bytes": n, "world_size": w, "t": cost(n, w) * (1 + rng.uniform(-noise, noise))}
+            for w in worlds for n in SIZES]  # fmt: skip
 
 
 def test_the_fit_recovers_alpha_and_beta():
     truth = Link(alpha=3e-4, bandwidth=8e8)
-    exact = fit_alpha_beta(benchmark_rows(truth, noise=0), "t")
+
+    def cost(n, w):
+        return ring_seconds(n, w, truth)
+
+    exact = fit_alpha_beta(made_by(cost, noise=0, worlds=(2, 3, 4)), "t")
     assert exact.alpha == pytest.approx(truth.alpha, rel=1e-9)
     assert exact.bandwidth == pytest.approx(truth.bandwidth, rel=1e-9)
-    rows = benchmark_rows(truth, noise=0.1)
-    noisy = fit_alpha_beta(rows, "t")
+    noisy = fit_alpha_beta(made_by(cost, noise=0.1, worlds=(2, 3, 4)), "t")
     assert noisy.alpha == pytest.approx(truth.alpha, rel=0.15)
     assert noisy.bandwidth == pytest.approx(truth.bandwidth, rel=0.15)
 
@@ -160,13 +163,6 @@ def test_the_timeline_starts_each_bucket_when_ready_and_after_the_previous():
 # The on-machine checks, fed data made from cost models: the ring's must pass, every
 # wrong one must fail one check at least. alpha and bandwidth as gloo's on a laptop.
 TRUTH = Link(alpha=2e-4, bandwidth=1.5e9)
-SIZES = [4**k * 2**12 for k in range(8)]  # 4 KB to 64 MB, the benchmark's sizes
-
-
-def made_by(cost, noise: float = 0.05, seed: int = 0) -> list[dict]:
-    rng = random.Random(seed)
-    return [{"bytes": n, "world_size": w, "t": cost(n, w) * (1 + rng.uniform(-noise, noise))}
-            for w in (2, 4) for n in SIZES]  # fmt: skip
 
 
 def all_checks(rows: list[dict]) -> dict[str, bool]:
@@ -237,7 +233,7 @@ def test_interpolating_between_two_fitted_worlds_cannot_tell_a_ring():
     world size, within the bound: between two fitted worlds every line is close."""
     for name in ("tree", "constant in the world size"):
         cost = WRONG_MODELS[name][0]
-        rows = [{"bytes": n, "world_size": w, "t": cost(n, w)} for w in (2, 3, 4) for n in SIZES]
+        rows = made_by(cost, noise=0, worlds=(2, 3, 4))
         link = fit_alpha_beta([r for r in rows if r["world_size"] != 3], "t")
         big = [r for r in rows if r["world_size"] == 3 and r["bytes"] >= 2**20]
         errors = sorted(abs(e) for e in relative_errors(big, "t", link))
