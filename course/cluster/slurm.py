@@ -258,28 +258,14 @@ class LocalCluster(SlurmClient):
 
 
 def run_sbatch(
-    script: str | os.PathLike,
-    *args: str,
-    cwd: str | os.PathLike,
-    workdir: str | os.PathLike | None = None,
-    export: dict[str, str] | None = None,
-    timeout: float = 180,
-    nodes: int = 2,
-    cpus_per_node: int | None = None,
+    script: str | os.PathLike, *args: str, nodes: int = 2, cpus_per_node: int | None = None, **job
 ) -> str:
     """Start a local cluster, submit `script` from `cwd` (SLURM_SUBMIT_DIR), run it in
     `workdir` (default: `cwd`), show its output, and return it. Variables in `export`
-    reach the job's environment. Raises CommandFailed when the job fails.
+    reach the job's environment. Raises CommandFailed when the job fails. (`cwd`,
+    `workdir`, `export` and `timeout` are `SlurmClient.run_job`'s.)
 
     The lessons' scripts ask for GPUs (`#SBATCH --gpus-per-node=4`); this cluster has
     none, so the job is submitted as on a CPU-only cluster: `--gpus-per-node=0`."""
     with LocalCluster(nodes=nodes, cpus_per_node=cpus_per_node) as cluster:
-        return cluster.run_job(
-            script,
-            *args,
-            cwd=cwd,
-            workdir=workdir,
-            export=export,
-            timeout=timeout,
-            options=["--gpus-per-node=0"],
-        )
+        return cluster.run_job(script, *args, options=["--gpus-per-node=0"], **job)

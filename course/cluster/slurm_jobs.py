@@ -104,63 +104,64 @@ class SlurmClient:
         text = self.command("scontrol", "show", "job", "--oneliner", str(job_id))
         return dict(re.findall(r"(\w+)=(\S*)", text))
 
+    def _polled(self, job_id: int, timeout: float):
+        """The job (`job`) again and again until `timeout` seconds have passed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            yield self.job(job_id)
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.2)  # polling the controller: Slurm tells no one when a job ends
+
+    @staticmethod
+    def _output(job: dict[str, str]) -> str:
+        """What the job's output file holds so far ("" before the job starts: a file of
+        that name can then only be an old one)."""
+        out = Path(job.get("StdOut", ""))
+        started = job.get("JobState") not in ("PENDING", "CONFIGURING")
+        return out.read_text(errors="replace") if started and out.is_file() else ""
+
     def wait(self, job_id: int, timeout: float, show: bool = True) -> tuple[dict, str]:
         """Wait for the job to end, showing its output file as it grows; returns
         (job, output)."""
-        deadline = time.monotonic() + timeout
-        stream = LineStream(quiet=not show)
-        read = 0
-        while True:
-            job = self.job(job_id)
-            state, out = job.get("JobState"), Path(job.get("StdOut", ""))
-            # Before the job starts, a file of that name can only be an old one.
-            if state not in ("PENDING", "CONFIGURING") and out.is_file():
-                text = out.read_text(errors="replace")
+        stream, read = LineStream(quiet=not show), 0
+        for job in self._polled(job_id, timeout):
+            if text := self._output(job):
                 stream.add(text[read:])
                 read = len(text)
-            if state in FINAL_STATES:
+            if job.get("JobState") in FINAL_STATES:
                 stream.end()
                 return job, stream.text
-            if time.monotonic() > deadline:
-                self._quiet("scancel", str(job_id))
-                raise CommandTimedOut(
-                    f"Slurm job {job_id} did not end within {timeout:g} s; cancelled",
-                    stream.text,
-                )
-            time.sleep(0.2)  # polling the controller: Slurm tells no one when a job ends
+        self._quiet("scancel", str(job_id))
+        raise CommandTimedOut(
+            f"Slurm job {job_id} did not end within {timeout:g} s; cancelled", stream.text
+        )
 
     def wait_for_line(self, job_id: int, pattern: str, timeout: float) -> str:
         """Wait until a line of the job's output file matches the regular expression
         `pattern`, and return that line (the job goes on running)."""
-        regex, deadline = re.compile(pattern, re.MULTILINE), time.monotonic() + timeout
-        while True:
-            job = self.job(job_id)
-            out = Path(job.get("StdOut", ""))
-            if job.get("JobState") == "RUNNING" and out.is_file():
-                found = regex.search(out.read_text(errors="replace"))
-                if found:
-                    line_start = found.string.rfind("\n", 0, found.start()) + 1
-                    return found.string[line_start : found.string.find("\n", found.end())]
-            if job.get("JobState") in FINAL_STATES or time.monotonic() > deadline:
-                text = out.read_text(errors="replace") if out.is_file() else ""
-                raise CommandTimedOut(
-                    f"Slurm job {job_id} printed no line matching {pattern!r} "
-                    f"(state {job.get('JobState')})",
-                    text,
-                )
-            time.sleep(0.2)  # polling the controller, as `wait` does
+        regex = re.compile(pattern)
+        for job in self._polled(job_id, timeout):
+            lines = self._output(job).splitlines() if job.get("JobState") == "RUNNING" else []
+            found = [line for line in lines if regex.search(line)]
+            if found:
+                return found[0]
+            if job.get("JobState") in FINAL_STATES:
+                break
+        raise CommandTimedOut(
+            f"Slurm job {job_id} printed no line matching {pattern!r} "
+            f"(state {job.get('JobState')})",
+            self._output(job),
+        )
 
     def wait_for_state(self, job_id: int, state: str, timeout: float) -> dict[str, str]:
         """Wait until the job is in `state` (PENDING again after a requeue, ...)."""
-        deadline = time.monotonic() + timeout
-        while (job := self.job(job_id)).get("JobState") != state:
-            if time.monotonic() > deadline:
-                raise CommandTimedOut(
-                    f"Slurm job {job_id} is {job.get('JobState')}, not {state}, after {timeout:g}s",
-                    "",
-                )
-            time.sleep(0.2)  # polling the controller, as `wait` does
-        return job
+        for job in self._polled(job_id, timeout):
+            if job.get("JobState") == state:
+                return job
+        raise CommandTimedOut(
+            f"Slurm job {job_id} is {job.get('JobState')}, not {state}, after {timeout:g}s", ""
+        )
 
     def cancel_jobs(self) -> None:
         """Cancel what is still queued or running, and wait (briefly) until it is gone."""
