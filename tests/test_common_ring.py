@@ -1,10 +1,10 @@
 """Lesson 01: the hand-written ring all-reduce over a real gloo world of CPU processes.
 
-One world per world size (2 and 4), started with torch.multiprocessing on a free port;
-every check runs inside it, and a failing check fails the test with its traceback.
+One set of 4 processes, started with torch.multiprocessing: a world of 4, then its ranks
+0 and 1 as a world of 2, each on a free port; every check runs inside them, and a
+failing check fails the test with its traceback.
 """
 
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -113,10 +113,16 @@ def check_world(rank, world_size, port):
         dist.destroy_process_group()
 
 
+def check_worlds(rank, ports):
+    """The world of 4, then ranks 0 and 1 as a world of 2: one process start for both."""
+    check_world(rank, 4, ports[0])
+    if rank < 2:
+        check_world(rank, 2, ports[1])
+
+
 # World 3 (uneven chunks at every size) is checked by the script's own run in
 # test_01_theory; here the traffic is counted at 2 (left == right) and 4 (2(N-1)/N = 1.5).
-@pytest.mark.parametrize("world_size", [2, 4])
-def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n(world_size, monkeypatch):
+def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n(monkeypatch):
     # One thread per spawned process, for this test only (monkeypatch restores it).
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    mp.spawn(check_world, args=(world_size, free_port()), nprocs=world_size, join=True)
+    mp.spawn(check_worlds, args=((free_port(), free_port()),), nprocs=4, join=True)
