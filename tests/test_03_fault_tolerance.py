@@ -1,7 +1,8 @@
 """Lesson 03: bad snapshots and bad launches get one line (part 1's script; part 3's
-too). (That a job without --max-restarts fails with torchrun's report and resumes when
-launched again, and that a crashed and restarted run ends exactly where an uninterrupted
-one does, the notebook's own check cell asserts, on the notebook's runs.)"""
+too; and `stale_address.py`'s launch). (That a job without --max-restarts fails with
+torchrun's report and resumes when launched again, and that a crashed and restarted run
+ends exactly where an uninterrupted one does, the notebook's own check cell asserts, on
+the notebook's runs.)"""
 
 import os
 import subprocess
@@ -15,6 +16,7 @@ from common.ports import free_port
 
 SCRIPT = REPO / "03_fault_tolerance" / "multigpu_torchrun.py"
 PREEMPTIBLE = REPO / "03_fault_tolerance" / "multigpu_preemptible.py"  # part 3's
+STALE_ADDRESS = REPO / "03_fault_tolerance" / "stale_address.py"
 # What each script's snapshot holds.
 KEYS = {
     SCRIPT: "model, optimizer, epochs_run, rng_state",
@@ -110,3 +112,22 @@ def test_a_snapshot_path_under_a_file_is_refused_in_one_line_before_training(tmp
     for prefix in ("attempt0", "0/", "cpu/", "0"):
         published = dist.PrefixStore(prefix, published)
     assert published.check(["0"])
+
+
+def test_stale_address_without_a_restart_to_show_refuses_in_one_line(tmp_path):
+    """Launched without --max-restarts (torchrun's default is 0), as one of its 2 workers:
+    the check reads only torchrun's variables, the same on every rank, and refuses before
+    the first meeting (no store listens here)."""
+    no_restarts = {
+        "WORLD_SIZE": "2",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+    }
+    result = one_worker(tmp_path, script=STALE_ADDRESS, env=no_restarts)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""  # nothing of attempt 0
+    assert result.stderr.splitlines() == [
+        "stale_address.py: it needs 2 processes and a restart (--nproc_per_node=2 "
+        "--max-restarts=1), not 2 process(es) and --max-restarts=0; launch it as: "
+        "torchrun --standalone --nproc_per_node=2 --max-restarts=1 stale_address.py"
+    ]
