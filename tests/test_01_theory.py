@@ -11,6 +11,7 @@ import torch.distributed as dist
 from conftest import REPO, lesson_module
 
 from common.launch import run
+from common.ports import free_port
 from common.ring_sim import simulate_ring_all_reduce
 
 LESSON = REPO / "01_theory"
@@ -55,8 +56,17 @@ def test_ring_allreduce_script_checks_and_benchmarks_at_world_3(tmp_path):
 
 def test_a_world_of_one_process_checks_the_ring_and_has_nothing_to_time(tmp_path):
     # A machine of one GPU runs a world of one (the GPU mode does): every awkward size is
-    # still a tensor of at least one element, and the bus factor 2(N-1)/N is 0.
-    output = torchrun("ring_allreduce.py", 1, "--max-size 16KB --repeats 1", tmp_path)
+    # still a tensor of at least one element, and the bus factor 2(N-1)/N is 0. The one
+    # worker alone, with the environment torchrun gives it: no agent process to start.
+    one_worker = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    one_worker |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    output = run(
+        f"python {LESSON / 'ring_allreduce.py'} --max-size 16KB --repeats 1",
+        cwd=tmp_path,
+        env=one_worker,
+        timeout=240,
+        quiet=True,
+    )
     checked = re.findall(r"check numel=(\d+) dtype=\w+: ring == all_reduce", output)
     assert {int(numel) for numel in checked} == {1, 2, 3, 1000, 100_003}
     assert "no benchmark: a world of 1 process sends nothing" in output
