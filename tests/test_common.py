@@ -14,6 +14,8 @@ from common.data import SyntheticRegression
 from common.models import regression_model
 from common.source import definition_text, diff_text
 
+# A script started without torchrun, or given a wrong argument, says so in one line with
+# the command that launches it: tests/test_scripts.py, on every lesson script.
 TORCHRUN_ENV = {
     "RANK": "3",
     "LOCAL_RANK": "1",
@@ -81,17 +83,6 @@ def test_a_gloo_interface_you_chose_is_kept(monkeypatch):
     assert os.environ["GLOO_SOCKET_IFNAME"] == "eth7"
 
 
-def test_without_torchrun_the_script_says_how_to_launch_it(monkeypatch):
-    for name in TORCHRUN_ENV:
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(SystemExit) as stop:
-        distributed.torchrun_env("torchrun --standalone --nproc_per_node=2 x.py")
-    message = str(stop.value.code)
-    assert "\n" not in message
-    assert message.endswith("launch it as: torchrun --standalone --nproc_per_node=2 x.py")
-    assert "RANK" in message
-
-
 class CountingStdout(io.StringIO):
     def __init__(self):
         super().__init__()
@@ -113,18 +104,6 @@ def test_log_is_one_write_per_line_prefixed_with_the_rank_and_log0_is_rank_0s(mo
     monkeypatch.setenv("RANK", "0")
     distributed.log0("the loss, averaged over ranks")
     assert out.getvalue().endswith("\n[rank0] the loss, averaged over ranks\n")
-
-
-def test_argument_errors_are_one_line_with_the_launch_command(capsys):
-    parser = LessonArgumentParser(prog="train.py", launch_hint="torchrun train.py 20 5")
-    parser.add_argument("total_epochs", type=int)
-    with pytest.raises(SystemExit) as stop:
-        parser.parse_args(["twenty"])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert err.startswith("train.py: argument total_epochs: invalid int value: 'twenty'")
-    assert err.rstrip().endswith("launch it as: torchrun train.py 20 5")
 
 
 def test_dataset_is_the_same_everywhere_and_depends_on_the_seed():
