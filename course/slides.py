@@ -95,44 +95,34 @@ def slide_types(cells: list[tuple[str, str]]) -> list[str]:
 
 
 def split_at_headings(nb) -> None:
-    """Give every heading inside a markdown cell a cell of its own, typed by the rule
-    (the part before it keeps the cell's metadata). Changes `nb` in place."""
-    cells, in_solutions = [], False
+    """Give every heading inside a markdown cell a cell of its own (the part before it
+    keeps the cell and its metadata; the new cells have none). Changes `nb` in place."""
+    cells = []
     for cell in nb.cells:
+        cells.append(cell)
         if cell.cell_type != "markdown":
-            cells.append(cell)
             continue
         pieces, current = [], []
         for line in cell.source.splitlines():
-            if _heading(line) and current and any(part.strip() for part in current):
+            if _heading(line) and any(part.strip() for part in current):
                 pieces.append("\n".join(current))
                 current = []
             current.append(line)
         pieces.append("\n".join(current))
         cell.source = pieces[0]
-        if (first := _heading(pieces[0].splitlines()[0] if pieces[0] else "")) and SOLUTIONS.match(
-            first[1]
-        ):
-            in_solutions = True
-        cells.append(cell)
-        for piece in pieces[1:]:
-            level, title = _heading(piece.splitlines()[0])
-            in_solutions = in_solutions or bool(SOLUTIONS.match(title))
-            kind = "skip" if in_solutions else "subslide" if level == 3 else "slide"
-            cells.append(
-                nbformat.v4.new_markdown_cell(piece, metadata={"slideshow": {"slide_type": kind}})
-            )
+        cells += [nbformat.v4.new_markdown_cell(piece) for piece in pieces[1:]]
     nb.cells = cells
 
 
 def to_slides(nb, notes: dict[str, str] | None = None, notes_name: str = "") -> str:
     """One deck, as a single HTML page that loads nothing from the network, with
     `notes` ({page title: notes}, `course.speaker_notes`) on their pages. Cells
-    without slide metadata (a notebook not written by our generators) get the rule's."""
+    without slide metadata (those split off a cell, and those of a notebook not
+    written by our generators) get the rule's."""
+    split_at_headings(nb)
     kinds = [("md" if cell.cell_type == "markdown" else "code", cell.source) for cell in nb.cells]
     for cell, slide_type in zip(nb.cells, slide_types(kinds), strict=True):
         cell.metadata.setdefault("slideshow", {"slide_type": slide_type})
-    split_at_headings(nb)
     with_notes(nb, notes or {}, notes_name)
     exporter = SlidesExporter(template_name="slides", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exporter.from_notebook_node(nb)

@@ -223,3 +223,19 @@ def test_notes_lines_join_into_paragraphs_on_the_page(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title\n\nText")])
     deck = Deck(to_slides(nb, read_notes(notes)))
     assert deck.pages[0]["notes"].split() == "Speaker notes. Say this and that. Then ask.".split()
+
+
+def test_a_heading_inside_a_cell_starts_a_slide():
+    text = (
+        "# Title\n\nText\n## A section\n\nMore\n### A topic\n\nDetail\n## Solutions\n\nThe answer"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+    page = to_slides(nb)
+    deck = Deck(page)
+    assert deck.slides == 2  # Title, A section (A topic is a subslide of it)
+    assert [p["headings"] for p in deck.pages] == [
+        [("h1", "Title")],
+        [("h2", "A section")],
+        [("h3", "A topic")],
+    ]
+    assert "Detail" in page and "The answer" not in page  # the solutions are skipped
