@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import torch
 from conftest import PYTHON, fake_cuda_gpus
 
+import common.launch
+from common.launch import CommandFailed
 from course import setup_check
 
 
@@ -161,15 +163,20 @@ def test_a_machine_with_loopback_only_exposes_nothing(monkeypatch):
 
 
 def test_on_one_gpu_the_torchrun_check_runs_its_two_processes_on_the_cpu(monkeypatch):
-    # Two processes need two GPUs (lesson 00): on a machine of one, the check runs on
-    # the CPU, as the notebooks would, and says which backend it saw.
-    fake_cuda_gpus(monkeypatch, 1)
-    result = setup_check.check_torchrun()
-    assert result.status == "OK", result.detail
-    assert result.detail.startswith("a gloo world of 2 started")
-    fake_cuda_gpus(monkeypatch, 2)
-    result = setup_check.check_torchrun()  # 2 "GPUs" that are not here: cuda, refused
-    assert result.status == "FAIL" and result.item == "torchrun, 2 processes", result
+    # Two processes need two GPUs (lesson 00): on a machine of one, the check launches
+    # on the CPU, as the notebooks would. (The launch itself: test_this_machine_passes.)
+    devices = []
+
+    def refused(command, env, **kwargs):
+        devices.append(env["DDP_DEVICE"])
+        raise CommandFailed("exited with status 1", "RuntimeError: no CUDA GPUs")
+
+    monkeypatch.setattr(common.launch, "run", refused)
+    for gpus in (1, 2):
+        fake_cuda_gpus(monkeypatch, gpus)
+        result = setup_check.check_torchrun()
+        assert result.status == "FAIL" and result.item == "torchrun, 2 processes", result
+    assert devices == ["cpu", "cuda"]
 
 
 def test_the_ready_line_tells_root_to_allow_root(monkeypatch, capsys):
