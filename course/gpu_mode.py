@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from pathlib import Path
 
 from common.notebook_device import where
@@ -47,11 +48,6 @@ SCRIPT_TIME_LIMIT = 300  # seconds per script launch
 NEEDS_VERSION = re.compile(rf"{NEEDS} (\d+\.\d+) or newer")
 
 
-def processes_for(device: str, gpus: int) -> int:
-    """Processes per launch: one per GPU (at most 4) on CUDA, 2 on the CPU."""
-    return min(gpus, MOST_PROCESSES) if device == "cuda" else 2
-
-
 def outcome(failed: bool, output: str) -> str:
     """`passed`, `needs PyTorch X` (the run said so) or `FAILED`."""
     if not failed:
@@ -61,8 +57,9 @@ def outcome(failed: bool, output: str) -> str:
 
 
 def plan_scripts(device: str, gpus: int) -> list[tuple[Launch, int | None]]:
-    """Each launch with its process count, or None where it needs more GPUs than here."""
-    processes = processes_for(device, gpus)
+    """Each launch with its process count (one per GPU, at most 4, on CUDA; 2 on the
+    CPU), or None where it needs more GPUs than here."""
+    processes = min(gpus, MOST_PROCESSES) if device == "cuda" else 2
     planned = []
     for launch in LAUNCHES:
         if launch.launcher == "python":  # one process, no process group
@@ -135,9 +132,7 @@ def table(rows: list[tuple[str, str, str, str, float]]) -> str:
     lines = [f"{'part':<10} {'what':<72} {'device':<7} {'seconds':>7}  result"]
     for part, name, device, ended, seconds in rows:
         lines.append(f"{part:<10} {name[:72]:<72} {device:<7} {seconds:7.0f}  {ended}")
-    counts: dict[str, int] = {}
-    for *_, ended, _ in rows:
-        counts[ended] = counts.get(ended, 0) + 1
+    counts = Counter(ended for *_, ended, _ in rows)
     lines.append(", ".join(f"{count} {ended}" for ended, count in sorted(counts.items())))
     return "\n".join(lines)
 
