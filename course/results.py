@@ -58,16 +58,12 @@ TABLES = {
 
 def head() -> tuple[str, bool]:
     """HEAD's commit, and whether tracked files differ from it."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    changes = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return commit, bool(changes)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
+
+    changes = git("status", "--porcelain", "--untracked-files=no").strip()
+    return git("rev-parse", "HEAD").strip(), bool(changes)
 
 
 def commit() -> str:
