@@ -3,14 +3,9 @@ script submitted with sbatch, its output shown while it runs, and how it ended.
 
 Introduced in 04_multinode. `slurm.LocalCluster` inherits `SlurmClient` from here and
 adds what its daemons need (`course.cluster.slurm`); `slurm.run_sbatch` starts one and
-calls `run_job`:
-
-- `command` runs a Slurm command (scontrol, squeue, ...) in the cluster's environment;
-- `sbatch`, `job` and `wait` submit a job, describe it and wait for it to end; `wait`
-  shows the job's output file as it grows with `common.output.LineStream`, the helper
-  that shows a command's output;
-- `run_job` prints the sbatch command exactly as it runs, options included and paths
-  short (`as_typed`), so that a learner can copy it, then waits and checks the end.
+calls `run_job`, which prints the sbatch command exactly as it runs, options included
+and paths short (`as_typed`), so that a learner can copy it. A job's output file is
+shown as it grows with `common.output.LineStream`, the helper that shows a command's output.
 """
 
 import os
