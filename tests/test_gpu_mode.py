@@ -79,7 +79,6 @@ def needs_processes(fewest: int) -> None:
     """Skip, saying so, a test that needs more processes than this machine has GPUs (the
     GPU mode's table counts and lists it). On the CPU the module runs 2: never skipped."""
     if PROCESSES < fewest and DEVICE == "cuda":
-        # The GPU mode on a machine with too few GPUs; its table counts it. On the CPU, never.
         pytest.skip(f"needs {fewest} GPUs")  # noqa: TID251
     assert PROCESSES >= fewest, f"needs {fewest} processes; on the CPU this module runs {PROCESSES}"
 
