@@ -23,15 +23,17 @@ in a notebook prints one line:
 The learner's file is read afresh at every check, so an edit counts at once, with no
 kernel restart. Exercises that need a process group run the learner's function in a
 small gloo world on this machine (`run_in_world`); an untouched one is recognised from its
-text first (`untouched`), without starting a world.
+text first (`untouched`), without starting a world. The world's processes are forks of a
+server that has imported torch once (multiprocessing's forkserver): a check starts its
+world in a fraction of a second, not the seconds a fresh `import torch` takes per process.
 """
 
 import ast
 import importlib.util
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
-import subprocess
-import sys
 import tempfile
 import time
 import traceback
@@ -39,7 +41,6 @@ from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 
-from common.distributed import end_process
 from common.output import plain_text
 
 REPO = Path(__file__).resolve().parent.parent
@@ -132,12 +133,19 @@ def _raises_todo(statement) -> bool:
     return isinstance(statement, ast.Raise) and "NotImplementedError" in ast.unparse(statement)
 
 
-def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeout, answer):
-    """One process of the world (`python -m course.exercises ...`): run the check's
-    runner on the learner's module and write (kind, value) to the file `answer`."""
+def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeout, answer, log):
+    """One process of the world: run the check's runner on the learner's module and
+    write (kind, value) to the file `answer`; what it prints goes to the file `log`."""
     import torch
     import torch.distributed as dist
 
+    if log is not None:  # the file descriptors, so that gloo's own lines go there too
+        with open(log, "w") as opened:
+            os.dup2(opened.fileno(), 1)
+            os.dup2(opened.fileno(), 2)
+    # The server's environment is the one it started with: plain text from here on (a
+    # traceback goes into the check's message).
+    os.environ.update(plain_text(os.environ))
     torch.set_num_threads(1)  # N processes share the cores
     outcome = None
     started = False  # the exercise itself, after the world's set-up
@@ -184,6 +192,19 @@ def _all_ranks_reach(store, stage: str, rank: int, world_size: int) -> None:
     store.wait([f"{stage}/{other}" for other in range(world_size)])
 
 
+def forkserver() -> multiprocessing.context.ForkServerContext:
+    """Where the processes of every exercise's world come from: one server process per
+    kernel (or test worker), started at the first world, that imports torch once and then
+    forks each process a world needs. It ends with the process that started it. A forked
+    process ends with `os._exit` after its exit handlers, never Python's teardown (the
+    reason is `common.distributed.end_process`'s)."""
+    server = multiprocessing.get_context("forkserver")
+    # Not `__main__` (the default): a kernel's main module is Jupyter's, not the course's.
+    server.set_forkserver_preload(["torch.distributed", "course.exercises"])
+    multiprocessing.forkserver.ensure_running()
+    return server
+
+
 def run_in_world(
     path: str | Path, runner: tuple[str, str], world_size: int = 2, timeout: float = 30
 ) -> list:
@@ -200,6 +221,7 @@ def run_in_world(
     function = untouched(path)
     if function is not None:  # its world would only start to hear the TODO raise
         raise NotAttempted(function)
+    server = forkserver()
     with tempfile.TemporaryDirectory(prefix="exercise-") as folder:
         store = Path(folder, "store")  # the rendezvous is a file: no port to pick
         answers = [Path(folder, f"rank{rank}.pickle") for rank in range(world_size)]
@@ -209,26 +231,20 @@ def run_in_world(
             # The last rank starts first: pids then usually fall as ranks rise, so an
             # answer in the order of the pids (sorted, say) is not in rank order by luck.
             for rank in reversed(range(world_size)):
-                with open(logs[rank], "w") as log:
-                    command = [sys.executable, "-m", "course.exercises", str(runner[0])]
-                    command += [runner[1], str(path), str(rank), str(world_size), str(store)]
-                    command += [str(timeout), str(answers[rank])]
-                    workers[rank] = subprocess.Popen(
-                        command,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        # plain text: the traceback goes into the check's message
-                        env={**plain_text(os.environ), "OMP_NUM_THREADS": "1"},
-                    )
+                arguments = (str(runner[0]), runner[1], str(path), rank, world_size, str(store))
+                arguments += (timeout, str(answers[rank]), str(logs[rank]))
+                # daemon: should the check be interrupted before it ends them, they end
+                # with the kernel, which would otherwise wait for them as it exits.
+                workers[rank] = server.Process(target=_world_worker, args=arguments, daemon=True)
+                workers[rank].start()
             results = _collect(
                 [workers[rank] for rank in range(world_size)], answers, logs, timeout
             )
         finally:
             for worker in workers.values():
-                if worker.poll() is None:
+                if worker.exitcode is None:
                     worker.kill()
-                worker.wait()
+                worker.join()
     return results
 
 
@@ -238,13 +254,13 @@ def _collect(workers, answers, logs, timeout) -> list:
     results: dict[int, object] = {}
     while len(results) < len(workers):
         for rank, worker in enumerate(workers):
-            if rank in results or worker.poll() is None:
+            if rank in results or worker.exitcode is None:
                 continue
             if not answers[rank].exists():
                 output = logs[rank].read_text(errors="replace").strip()[-3000:]
                 raise AssertionError(
                     f"rank {rank} of the exercise's world exited with status "
-                    f"{worker.returncode} without an answer:\n{output}"
+                    f"{worker.exitcode} without an answer:\n{output}"
                 )
             kind, value = pickle.loads(answers[rank].read_bytes())
             if kind == "not attempted":
@@ -288,10 +304,3 @@ def _failure(rank: int, error: str, answers: list[Path]) -> str:
             f"others make?\n{error}"
         )
     return f"the exercise failed on rank {rank}:\n{error}"
-
-
-if __name__ == "__main__":
-    runner_file, runner_name, path, rank, world_size, store, timeout, answer = sys.argv[1:]
-    _world_worker(runner_file, runner_name, path, int(rank), int(world_size), store,
-                  float(timeout), answer)  # fmt: skip
-    end_process()  # not Python's teardown: see common.distributed.end_process
