@@ -24,26 +24,22 @@ def test_a_notebook_declares_at_least_every_process_count_it_writes(notebook):
         assert max(written) <= declared["processes_per_machine"], written
 
 
-@pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 8])
-@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_every_launch_of_a_notebook_gets_one_device(notebook, count, monkeypatch, capsys):
-    fake_cuda_gpus(monkeypatch, count)
-    monkeypatch.setenv("DDP_DEVICE", "")
-    monkeypatch.delenv("DDP_DEVICE")
-    monkeypatch.setattr(notebook_device, "_chosen", None)
-    monkeypatch.setattr(notebook_device, "declared", None)
-    declared = declaration(notebook)
-    device = notebook_device.choose(**declared)
-    needed = declared.get("processes_per_machine", 0)
-    wanted = "cuda" if count and "cpu_because" not in declared and count >= needed else "cpu"
-    assert device == wanted
-    assert capsys.readouterr().out.count("\n") == 1  # said once, in one line
-
-
 @pytest.fixture
 def gpus(monkeypatch):
     """`gpus(n)`: fake a machine whose PyTorch sees n CUDA GPUs."""
     return lambda count: fake_cuda_gpus(monkeypatch, count)
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 8])
+@pytest.mark.parametrize("path", lesson_notebooks([]), ids=lambda nb: nb.stem)
+def test_every_launch_of_a_notebook_gets_one_device(path, count, gpus, notebook, capsys):
+    gpus(count)
+    declared = declaration(path)
+    device = notebook.choose(**declared)
+    needed = declared.get("processes_per_machine", 0)
+    wanted = "cuda" if count and "cpu_because" not in declared and count >= needed else "cpu"
+    assert device == wanted
+    assert capsys.readouterr().out.count("\n") == 1  # said once, in one line
 
 
 SHOW_DEVICE = "python -c \"import os; print('DDP_DEVICE', os.environ.get('DDP_DEVICE', 'unset'))\""
