@@ -25,7 +25,6 @@ it finds nothing. It prints one line per problem and exits non-zero if there is 
 import argparse
 import functools
 import http.server
-import shutil
 import sys
 import threading
 from pathlib import Path
@@ -49,7 +48,7 @@ class Browser:
         self.playwright = sync_playwright().start()
         try:
             self.browser = self.playwright.chromium.launch(
-                executable_path=shutil.which(executable) or executable,
+                executable_path=program(executable) or executable,
                 timeout=START_TIMEOUT * 1000,
             )
         except BaseException:
@@ -216,11 +215,11 @@ def search(browser: Browser, base: str) -> list[str]:
     return problems
 
 
-def why_no_chromium() -> str | None:
-    """None when chromium is installed, else one line saying how to install it."""
-    if program(CHROMIUM):
+def why_no_chromium(executable: str = CHROMIUM) -> str | None:
+    """None when the browser is installed, else one line saying how to install it."""
+    if program(executable):
         return None
-    return f"chromium is not installed: install it with `{INSTALL_COMMAND} chromium`"
+    return f"{executable} is not installed: install it with `{INSTALL_COMMAND} chromium`"
 
 
 def main() -> int:
@@ -228,8 +227,8 @@ def main() -> int:
     parser.add_argument("folder", type=Path, nargs="?", default=Path("build/html"))
     parser.add_argument("--chromium", default=CHROMIUM, help="the browser to run")
     args = parser.parse_args()
-    if shutil.which(args.chromium) is None:
-        sys.exit(f"{args.chromium} not found: install it with `{INSTALL_COMMAND} chromium`")
+    if reason := why_no_chromium(args.chromium):
+        sys.exit(reason)
     if not (args.folder / "index.html").exists():
         sys.exit(f"no {args.folder}/index.html: build the course first (python -m course.build)")
     results = check(args.folder, executable=args.chromium)
