@@ -70,17 +70,23 @@ def notes_cell_source(text: str) -> str:
     return f"{MARKER} " + text.replace("\n\n", "\n>\n> ")
 
 
+def cell_headings(cell) -> list[tuple[int, str]]:
+    """(level, title) of each heading of a markdown cell, outside code blocks."""
+    found, fenced = [], False
+    for line in cell.source.splitlines() if cell.cell_type == "markdown" else []:
+        fenced ^= line.startswith("```")
+        if (match := HEADING.match(line)) and not fenced:
+            found.append((len(match.group(1)), match.group(2)))
+    return found
+
+
 def page_titles(cells) -> list[str | None]:
     """For each cell, the title of the deck page it is on: the last heading (outside
     code blocks) in this or an earlier markdown cell. None before the first one."""
     titles, title = [], None
     for cell in cells:
-        if cell.cell_type == "markdown":
-            fenced = False
-            for line in cell.source.splitlines():
-                fenced ^= line.startswith("```")
-                if (match := HEADING.match(line)) and not fenced:
-                    title = match.group(2)
+        if found := cell_headings(cell):
+            title = found[-1][1]
         titles.append(title)
     return titles
 

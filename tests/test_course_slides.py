@@ -13,7 +13,7 @@ from conftest import PYTHON, REPO, made_once
 
 from course.lessons import lesson_notebooks
 from course.slides import slide_types, to_slides
-from course.speaker_notes import NotesError, notes_file, page_titles, read_notes
+from course.speaker_notes import NotesError, cell_headings, notes_file, page_titles, read_notes
 
 SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 
@@ -127,21 +127,6 @@ class Deck(HTMLParser):
             self.pages[-1]["before_heading"] += data.strip()
 
 
-def headings_in(nb, levels: str) -> list[str]:
-    """The markdown headings of the cells that are not skipped (outside code blocks)."""
-    titles = []
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-        fenced = False
-        for line in cell.source.splitlines():
-            fenced ^= line.startswith("```")
-            match = re.match(rf"^({levels}) +(.+?)\s*$", line)
-            if match and not fenced:
-                titles.append(match.group(2))
-    return titles
-
-
 @pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
 def test_a_lesson_deck_has_a_slide_per_heading(notebook, decks):
     nb = nbformat.read(notebook, as_version=4)
@@ -149,7 +134,7 @@ def test_a_lesson_deck_has_a_slide_per_heading(notebook, decks):
     page = deck_file.read_text(encoding="utf-8")
     deck = Deck(page)
 
-    shown = headings_in(nb, "#|##")
+    shown = [title for cell in nb.cells for level, title in cell_headings(cell) if level <= 2]
     shown = shown[: next((i for i, t in enumerate(shown) if t.startswith("Solution")), None)]
     assert deck.slides == len(shown)
     # Each page opens with its heading: a slide with an h1/h2, a subslide with an h3.
@@ -239,3 +224,8 @@ def test_a_heading_inside_a_cell_starts_a_slide():
         [("h3", "A topic")],
     ]
     assert "Detail" in page and "The answer" not in page  # the solutions are skipped
+
+
+def test_a_comment_in_a_code_block_is_no_page_title():
+    cell = nbformat.v4.new_markdown_cell("## Run it\n\n```bash\n# on each node\ntorchrun x.py\n```")
+    assert page_titles([cell]) == ["Run it"]
