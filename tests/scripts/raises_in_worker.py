@@ -1,17 +1,14 @@
-"""A worker that fails with an ordinary exception, with or without @record (`--record`):
-for the test of what torchrun's failure report then shows. It first prints the address
-torchrun gave it for the store."""
+"""A worker that fails with an ordinary exception, without @record: for the test of what
+torchrun's failure report then shows. It first prints where torchrun told it to write
+its error file (every worker gets one, in torchrun's log folder)."""
 
 import os
-import sys
-
-from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def main() -> None:
-    print("MASTER_ADDR", os.environ["MASTER_ADDR"], flush=True)
+    print("TORCHELASTIC_ERROR_FILE", os.environ["TORCHELASTIC_ERROR_FILE"], flush=True)
     raise ValueError("the worker's own error")
 
 
 if __name__ == "__main__":
-    (record(main) if "--record" in sys.argv else main)()
+    main()
