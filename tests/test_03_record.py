@@ -3,8 +3,8 @@ torchrun's failure report, with the worker's own traceback (lesson 03's claim).
 
 The failure is injected from outside, by a `sitecustomize` module that makes every
 backward() raise, so the scripts run as a learner reads them. Without @record, torchrun's
-report says `error_file: <N/A>` and has no traceback (tests/test_common_launch.py shows both
-sides on a stand-in script).
+report says `error_file: <N/A>` and has no traceback (tests/test_common_launch.py shows
+that side on a stand-in script).
 """
 
 import pytest
