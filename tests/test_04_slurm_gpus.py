@@ -145,6 +145,8 @@ def test_each_node_gets_its_cpus_the_checked_python_and_its_own_address(name, tm
         assert "--rdzv_endpoint=10.9.0.1:29555" in arguments
         assert "--rdzv_id=4242 " in arguments
     assert "(CPUs, gloo)" in output
+    if name == "sbatch_run.sh":  # two processes per node on CPUs, unless NPROC_PER_NODE
+        assert "2 node(s) x 2 process(es)" in output and "--nproc_per_node=2 " in output
 
 
 @pytest.mark.parametrize("asked", ["--gres=gpu:a100:4", "nothing (GPUs not confined)"])

@@ -1,7 +1,8 @@
 """Lesson 05 under Slurm: `slurm/sbatch_run.sh`, unchanged, trains main.py on lesson
-04's real two-node Slurm cluster on this machine (one torchrun agent per node, two
-processes each, a world of four), survives a worker killed from outside, and refuses
-a wrong submit folder in one line.
+04's real two-node Slurm cluster on this machine (one torchrun agent per node, with the
+one process per node that NPROC_PER_NODE asks for), survives a worker killed from
+outside, and refuses a wrong submit folder in one line. (Its default of two processes
+per node on CPUs, and one per GPU: tests/test_04_slurm_gpus.py.)
 
 The cluster needs root and Debian's Slurm packages (installed with apt-get when they
 are missing and we are root); without them the cluster test skips and says why."""
@@ -25,8 +26,8 @@ SBATCH = LESSON / "slurm" / "sbatch_run.sh"
 
 char_dataset = lesson_module("05_mingpt", "char_dataset")
 
-# A tiny model on a short text, two epochs of 21 steps (a global batch of 4 processes x
-# 8 sequences): the job trains in seconds.
+# A tiny model on a short text, two epochs of 21 steps (a global batch of 2 processes x
+# 2 micro-batches x 8 sequences): the job trains in seconds.
 TINY = (
     "model.n_layer=2 model.n_head=2 model.n_embd=32 data.block_size=32 trainer.batch_size=8 "
     "trainer.global_batch_size=32 "
@@ -78,35 +79,35 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     text, _ = char_dataset.load_text(None)
     data = tmp_path / "text.txt"
     data.write_text(text[:24_000], encoding="utf-8")
-    # Rank 3 is killed from outside in the second epoch. Its node's torchrun restarts
-    # the group (--max-restarts=1 in the script), the other node's follows, and all four
-    # ranks resume from rank 0's snapshot of the first epoch. Without a fresh rendezvous
-    # store per round (see the script) the new workers dial the dead ones' addresses
-    # and the job hangs.
+    # Rank 1, node 2's worker, is killed from outside in the second epoch. Its node's
+    # torchrun restarts the group (--max-restarts=1 in the script), the other node's
+    # follows, and both ranks resume from rank 0's snapshot of the first epoch. Without a
+    # fresh rendezvous store per round (see the script) the new workers dial the dead
+    # ones' addresses and the job hangs.
     port = free_port()  # reserved: the script's own pick could be taken before the bind
     _, train_set, _, _ = char_dataset.build_datasets(str(data), 32, 0.1, 1337)
     steps = len(train_set) // 32  # windows per epoch over the global batch
     with slurm.LocalCluster() as cluster:
-        exported = f"--export=ALL,LOGLEVEL=INFO,RDZV_PORT={port}"
+        exported = f"--export=ALL,LOGLEVEL=INFO,RDZV_PORT={port},NPROC_PER_NODE=1"
         job_id = cluster.sbatch(
             SBATCH, "--data", str(data), *TINY.split(), cwd=lesson, show=True,
             options=["--gpus-per-node=0", exported],
         )  # fmt: skip
         # The second epoch's first progress line (every 5 steps), before its end.
         cluster.wait_for_line(job_id, rf"^\[rank0\] epoch 2/2 step \d+/{2 * steps} ", 240)
-        kill_worker(job_id, rank=3)
+        kill_worker(job_id, rank=1)
         job, output = cluster.wait(job_id, timeout=240)
     assert job["JobState"] == "COMPLETED", output
 
     assert re.search(
-        r"job \d+: 2 node\(s\) x 2 process\(es\) \(CPUs, gloo\), "
+        r"job \d+: 2 node\(s\) x 1 process\(es\) \(CPUs, gloo\), "
         rf"rendezvous at node1 \(127\.0\.0\.1\):{port}$",
         output,
         re.M,
     ), output
-    # Two agents, one per node, each starting two workers: ranks 0-1 and 2-3 of four,
-    # in the first attempt and again after the restart.
-    assert output.count("world of 4 on cpu (gloo)") == 2, output
+    # Two agents, one per node, each starting one worker: ranks 0 and 1 of two, in the
+    # first attempt and again after the restart.
+    assert output.count("world of 2 on cpu (gloo)") == 2, output
     results = rendezvous_results(output)
     assert len(results) == 2 and all(len(rounds) == 2 for rounds in results.values()), results
     for round_ in (0, 1):
@@ -114,19 +115,16 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
             (r["group_rank"], r["local_ranks"], r["global_ranks"], r["global_world_sizes"])
             for r in (rounds[round_] for rounds in results.values())
         )
-        assert layout == [
-            ("0", "[0, 1]", "[0, 1]", "[4, 4]"),
-            ("1", "[0, 1]", "[2, 3]", "[4, 4]"),
-        ], results
+        assert layout == [("0", "[0]", "[0]", "[2]"), ("1", "[0]", "[1]", "[2]")], results
     # The workers' MASTER_ADDR is node 0's address as Slurm knows it (--local-addr from
     # NodeAddr), not its hostname's FQDN, which another node need not resolve.
     masters = {r["master_addr"] for rounds in results.values() for r in rounds}
     assert masters == {"127.0.0.1"}, results
 
-    for rank in range(4):
+    for rank in range(2):
         assert f"[rank{rank}] resuming from snapshot snapshot.pt: 1 epochs, {steps} steps" in output
     assert f"[rank0] trained {steps} steps in" in output  # the second epoch, after the restart
-    assert "tokens/s over 4 process(es)" in output
+    assert "tokens/s over 2 process(es)" in output
     assert "[rank0] sample:" in output
 
     records = [json.loads(line) for line in (lesson / "metrics.jsonl").read_text().splitlines()]
@@ -137,7 +135,7 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
 
     snapshot = torch.load(lesson / "snapshot.pt")
     assert (snapshot["epochs_run"], snapshot["step"]) == (2, 2 * steps)
-    assert len(snapshot["rng"]) == 4  # every rank's random state, gathered by rank 0
+    assert len(snapshot["rng"]) == 2  # every rank's random state, gathered by rank 0
     assert list(lesson.glob("mingpt-ddp-*.out"))  # the job's output file, beside them
 
 
