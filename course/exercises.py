@@ -23,9 +23,8 @@ in a notebook prints one line:
 The learner's file is read afresh at every check, so an edit counts at once, with no
 kernel restart. Exercises that need a process group run the learner's function in a
 small gloo world on this machine (`run_in_world`); an untouched one is recognised from its
-text first (`untouched`), without starting a world. The world's processes are forks of a
-server that has imported torch once (multiprocessing's forkserver): a check starts its
-world in a fraction of a second, not the seconds a fresh `import torch` takes per process.
+text first (`untouched`), without starting a world. The world's processes are forks of one
+that imported torch once (`forkserver`): a world starts in a fraction of a second.
 """
 
 import ast
@@ -143,8 +142,7 @@ def _world_worker(runner_file, runner_name, path, rank, world_size, store, timeo
         with open(log, "w") as opened:
             os.dup2(opened.fileno(), 1)
             os.dup2(opened.fileno(), 2)
-    # The server's environment is the one it started with: plain text from here on (a
-    # traceback goes into the check's message).
+    # The server's environment is the one it started with: plain text (for the tracebacks).
     os.environ.update(plain_text(os.environ))
     torch.set_num_threads(1)  # N processes share the cores
     outcome = None
@@ -193,11 +191,9 @@ def _all_ranks_reach(store, stage: str, rank: int, world_size: int) -> None:
 
 
 def forkserver() -> multiprocessing.context.ForkServerContext:
-    """Where the processes of every exercise's world come from: one server process per
-    kernel (or test worker), started at the first world, that imports torch once and then
-    forks each process a world needs. It ends with the process that started it. A forked
-    process ends with `os._exit` after its exit handlers, never Python's teardown (the
-    reason is `common.distributed.end_process`'s)."""
+    """The server every exercise's world is forked from, one per kernel (or test worker),
+    ended with it: it imports torch once. A forked process ends with `os._exit` after its
+    exit handlers, never Python's teardown (why: `common.distributed.end_process`)."""
     server = multiprocessing.get_context("forkserver")
     # Not `__main__` (the default): a kernel's main module is Jupyter's, not the course's.
     server.set_forkserver_preload(["torch.distributed", "course.exercises"])
@@ -233,13 +229,11 @@ def run_in_world(
             for rank in reversed(range(world_size)):
                 arguments = (str(runner[0]), runner[1], str(path), rank, world_size, str(store))
                 arguments += (timeout, str(answers[rank]), str(logs[rank]))
-                # daemon: should the check be interrupted before it ends them, they end
-                # with the kernel, which would otherwise wait for them as it exits.
+                # daemon: an interrupted check's processes end with the kernel (not waited for).
                 workers[rank] = server.Process(target=_world_worker, args=arguments, daemon=True)
                 workers[rank].start()
-            results = _collect(
-                [workers[rank] for rank in range(world_size)], answers, logs, timeout
-            )
+            in_rank_order = [workers[rank] for rank in range(world_size)]
+            results = _collect(in_rank_order, answers, logs, timeout)
         finally:
             for worker in workers.values():
                 if worker.exitcode is None:
