@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from common.output import FORCING_COLOUR
+from common.ports import free_port
 
 # Two test workers on 2 cores run notebooks and DDP processes side by side. With
 # PyTorch's default of one intra-op thread per core, each process that torchrun did not
@@ -125,6 +126,15 @@ def run_forked(commands: list[tuple[Path, list[str]]], cwd: Path) -> list[dict]:
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     return json.loads(finished.stdout)
+
+
+def one_worker_environment() -> dict[str, str]:
+    """What torchrun gives the one worker of a world of one, its store on 127.0.0.1: for a
+    script started as that worker alone, without torchrun's agent (one process, not two)."""
+    return {
+        **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
+        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+    }
 
 
 def run_nbmake(cwd: Path, *arguments: str, env=None, timeout: float = 120):

@@ -8,10 +8,9 @@ import re
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import REPO, lesson_module
+from conftest import REPO, lesson_module, one_worker_environment
 
 from common.launch import run
-from common.ports import free_port
 from common.ring_sim import simulate_ring_all_reduce
 
 LESSON = REPO / "01_theory"
@@ -58,12 +57,10 @@ def test_a_world_of_one_process_checks_the_ring_and_has_nothing_to_time(tmp_path
     # A machine of one GPU runs a world of one (the GPU mode does): every awkward size is
     # still a tensor of at least one element, and the bus factor 2(N-1)/N is 0. The one
     # worker alone, with the environment torchrun gives it: no agent process to start.
-    one_worker = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
-    one_worker |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     output = run(
         f"python {LESSON / 'ring_allreduce.py'} --max-size 16KB --repeats 1",
         cwd=tmp_path,
-        env=one_worker,
+        env=one_worker_environment(),
         timeout=240,
         quiet=True,
     )

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, one_worker_environment
 
 from common.ports import free_port
 
@@ -27,15 +27,7 @@ KEYS = {
 def one_worker(tmp_path, *arguments, script=SCRIPT, env=None):
     """The script as the one worker of a world of one, with the environment torchrun
     would give it (cheaper than starting torchrun's agent too), and `env`."""
-    environment = {
-        **os.environ,
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(free_port()),
-        **(env or {}),
-    }
+    environment = {**os.environ, **one_worker_environment(), **(env or {})}
     return subprocess.run(
         [PYTHON, script, *arguments],
         capture_output=True,
