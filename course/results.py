@@ -56,11 +56,11 @@ TABLES = {
 }
 
 
-def head() -> tuple[str, bool]:
+def head(repo: Path = REPO) -> tuple[str, bool]:
     """HEAD's commit, and whether tracked files differ from it."""
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True).stdout
 
     changes = git("status", "--porcelain", "--untracked-files=no").strip()
     return git("rev-parse", "HEAD").strip(), bool(changes)

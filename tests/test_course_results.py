@@ -1,5 +1,8 @@
 """course.results writes docs/results.md: the newest row per configuration replaces the
-old one, every other row and table stays, and the committed page is in its format."""
+old one, every other row and table stays, the committed page is in its format, and a
+row names the commit it measured, marked when tracked files had changed."""
+
+import subprocess
 
 import pytest
 
@@ -42,3 +45,21 @@ def test_the_committed_page_is_the_tools_own():
     rows = results.read_rows(text)
     assert all(rows.values()), "a table of docs/results.md has no row"
     assert results.render(rows) == text
+
+
+def test_a_row_names_the_commit_measured_and_whether_tracked_files_had_changed(tmp_path):
+    def git(*args):
+        command = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+        return subprocess.run(command, cwd=tmp_path, check=True, capture_output=True, text=True)
+
+    git("init", "-q")
+    (tmp_path / "tracked.py").write_text("a = 1\n")
+    git("add", "tracked.py")
+    git("commit", "-q", "-m", "first")
+    first = git("rev-parse", "HEAD").stdout.strip()
+    (tmp_path / "untracked.txt").write_text("not part of what is measured")
+    assert results.head(tmp_path) == (first, False)
+    (tmp_path / "tracked.py").write_text("a = 2\n")
+    assert results.head(tmp_path) == (first, True)
+    git("commit", "-q", "-am", "second")
+    assert results.head(tmp_path) == (git("rev-parse", "HEAD").stdout.strip(), False) != first
