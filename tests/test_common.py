@@ -1,8 +1,10 @@
 """The helpers every lesson script shares: device choice, the torchrun check,
-rank-prefixed logging, one-line argument errors, the dataset, and showing source."""
+rank-prefixed logging, one-line argument errors, the dataset, showing source, and the
+stop request that names the first signal heard."""
 
 import io
 import os
+import signal
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from common import distributed, versions
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.models import regression_model
+from common.preemption import STOP_SIGNALS, StopRequest
 from common.source import definition_text, diff_text
 
 # A script started without torchrun, or given a wrong argument, says so in one line with
@@ -209,3 +212,18 @@ def test_only_torchruns_shared_store_gets_a_prefix_per_attempt(monkeypatch, shar
     monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0" if shared == "True" else "3")
     distributed.store_of_this_attempt("torchrun x.py").set("key", "value")
     assert store.check(["attempt2/key" if shared == "True" else "key"])
+
+
+def test_a_stop_request_names_the_first_signal_it_heard():
+    """Slurm may send SIGUSR1 early (--signal) and SIGTERM at the limit: the log names the
+    first, the one the stop answered."""
+    before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    try:
+        request = StopRequest()
+        assert not request.received
+        signal.raise_signal(signal.SIGUSR1)
+        signal.raise_signal(signal.SIGTERM)
+        assert request.received and request.signal_name == "SIGUSR1"
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)

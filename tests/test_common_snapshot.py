@@ -2,6 +2,7 @@
 files that are not snapshots."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,24 @@ def test_save_atomic_passes_the_exercise_check_a_learners_save_must_pass():
     previous snapshot and no temporary file."""
     verdict = evaluate("03_fault_tolerance", "atomic_save", REPO / "common" / "snapshot.py")
     assert verdict.startswith("correct: "), verdict
+
+
+def test_the_rename_reaches_the_disk_too(tmp_path, monkeypatch):
+    """After the file's bytes, the folder is fsynced once the rename is done: the new name
+    survives a power cut too. (The exercise asks a learner's save for the file's fsync
+    only, so its check above does not prove this.)"""
+    path = tmp_path / "snapshot.pt"
+    save_atomic(state(1), path)
+    synced, real_fsync = [], os.fsync
+
+    def recording(fd):
+        what = "folder" if os.path.samestat(os.fstat(fd), tmp_path.stat()) else "file"
+        synced.append((what, load(path, KEYS)["epochs_run"]))  # what the name holds then
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    save_atomic(state(2), path)
+    assert synced == [("file", 1), ("folder", 2)]
 
 
 # Saves one state (a 1 MB tensor filled with one value) many times, from the moment
