@@ -84,13 +84,20 @@ def test_port_placeholder_becomes_a_free_port():
         sock.bind(("127.0.0.1", port))  # raises if the port were taken
 
 
-def test_a_hang_in_a_new_session_is_killed_at_the_time_limit():
+@pytest.fixture
+def short_grace(monkeypatch):
+    """orphan_maker's child ignores SIGTERM: it ends at the SIGKILL that follows the grace
+    period, here shortened."""
+    monkeypatch.setattr("common.processes.GRACE_SECONDS", 0.5)
+
+
+def test_a_hang_in_a_new_session_is_killed_at_the_time_limit(short_grace):
     with pytest.raises(CommandTimedOut, match="time limit of 1 s") as timeout:
         hanging().wait(timeout=1)
     assert both_gone(timeout.value.output)
 
 
-def test_orphans_left_by_a_finished_command_are_killed():
+def test_orphans_left_by_a_finished_command_are_killed(short_grace):
     # The child holds the output pipe open after its parent exits: without the
     # clean-up, run() would wait for it until the time limit.
     assert both_gone(run(f"python {SCRIPTS / 'orphan_maker.py'} exit", timeout=60, quiet=True))

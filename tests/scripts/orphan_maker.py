@@ -1,15 +1,26 @@
 """Starts a child in a session of its own (as torchrun does with its workers), reports
-both pids, then either exits at once ("exit") or waits forever ("hang")."""
+both pids, then either exits at once ("exit") or waits forever ("hang").
+
+The child answers SIGTERM as a worker with a stop handler does (common.preemption): it
+notes it and goes on, so that only SIGKILL ends it. It says when its handler is in
+place, and only then are the pids reported."""
 
 import os
 import subprocess
 import sys
 import threading
 
-child = subprocess.Popen(
-    [sys.executable, "-c", "import threading; threading.Event().wait()"],
-    start_new_session=True,
+CHILD = (
+    "import signal, threading\n"
+    "signal.signal(signal.SIGTERM, lambda signum, frame: None)\n"
+    "print('handler in place', flush=True)\n"
+    "threading.Event().wait()\n"
 )
+# Its stderr is ours, the command's output: it holds it open after we exit.
+child = subprocess.Popen(
+    [sys.executable, "-c", CHILD], start_new_session=True, stdout=subprocess.PIPE, text=True
+)
+assert child.stdout.readline() == "handler in place\n"
 print(f"parent pid {os.getpid()}", flush=True)
 print(f"child pid {child.pid}", flush=True)
 if sys.argv[1] == "hang":
