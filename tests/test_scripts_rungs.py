@@ -1,0 +1,79 @@
+"""The training rungs after 02 (03's `multigpu_torchrun.py` and `multigpu_preemptible.py`,
+04's `multinode.py`) train as DDP must, each checked against a model of it computed here
+in one process: with 2 processes, every step is one SGD step on the mean of the two
+ranks' batch losses, each rank's batch drawn from its DistributedSampler shard of that
+epoch's order; the loss printed per epoch is the mean over every step of both ranks.
+
+02's check cell proves the same of `multigpu.py` against `single_gpu.py`; the rungs after
+it change the optimizer (momentum) and add snapshots, so 02's proof does not reach their
+copies of the DDP lines. (Without `set_epoch`, or with rank 0's loss printed as the
+epoch's, each rung still passed every test and check cell.)"""
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import REPO
+from torch.utils.data import DataLoader, DistributedSampler
+
+from common.data import SyntheticRegression
+from common.launch import run
+from common.models import regression_model
+
+RUNGS = [
+    "03_fault_tolerance/multigpu_torchrun.py",
+    "03_fault_tolerance/multigpu_preemptible.py",
+    "04_multinode/multinode.py",
+]
+EPOCHS, WORLD_SIZE, BATCH_SIZE = 3, 2, 32
+EPOCH_LOSS = re.compile(r"^\[rank0\] epoch (\d+) \| world size 2 \| .* loss ([\d.]+)$", re.M)
+
+
+def one_process_model_of_ddp() -> tuple[dict, list[float]]:
+    """(final weights, loss per epoch) of the rungs' training, as one process computes it
+    (their data, model, optimizer and sampler seed: 0)."""
+    dataset = SyntheticRegression(size=2048)
+    model = regression_model(seed=0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    samplers = [
+        DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=rank, shuffle=True, seed=0)
+        for rank in range(WORLD_SIZE)
+    ]
+    epoch_losses = []
+    for epoch in range(EPOCHS):
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+        loaders = [DataLoader(dataset, batch_size=BATCH_SIZE, sampler=s) for s in samplers]
+        step_losses = []
+        for batches in zip(*loaders, strict=True):
+            optimizer.zero_grad()
+            losses = [F.mse_loss(model(inputs), targets) for inputs, targets in batches]
+            torch.stack(losses).mean().backward()  # DDP averages the ranks' gradients
+            optimizer.step()
+            step_losses += [loss.item() for loss in losses]
+        epoch_losses.append(sum(step_losses) / len(step_losses))
+    return model.state_dict(), epoch_losses
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return one_process_model_of_ddp()
+
+
+@pytest.mark.parametrize("script", RUNGS)
+def test_a_rung_trains_as_one_process_on_the_mean_of_its_ranks_losses(script, expected, tmp_path):
+    output = run(
+        f"torchrun --standalone --nproc_per_node={WORLD_SIZE} {REPO / script} {EPOCHS} {EPOCHS}",
+        cwd=tmp_path,
+        quiet=True,
+    )
+    weights, losses = expected
+    printed = [(int(epoch), float(loss)) for epoch, loss in EPOCH_LOSS.findall(output)]
+    assert [epoch for epoch, _ in printed] == list(range(EPOCHS)), output[-3000:]
+    for (_, loss), want in zip(printed, losses, strict=True):
+        assert loss == pytest.approx(want, rel=1e-5, abs=2e-6)  # printed to 6 decimals
+    saved = torch.load(tmp_path / "snapshot.pt", weights_only=True)["model"]
+    assert saved.keys() == weights.keys()
+    for name, tensor in weights.items():
+        torch.testing.assert_close(saved[name], tensor, rtol=0, atol=1e-6, msg=name)
