@@ -3,7 +3,8 @@ hostname resolves nowhere, torchrun --standalone as the notebooks launch it stil
 (`common.launch` gives torchrun 127.0.0.1 as its address), and gloo never looks the
 name up (`common.distributed.gloo_over_loopback`): no "Unable to resolve hostname"
 warning. Without the first, the workers retry the store at the name until the time
-limit; without the second, gloo warns and falls back."""
+limit; without the second, gloo warns and falls back. (And, as 00_intro says, `run` gives
+torchrun OMP_NUM_THREADS=1: its warning for several processes per node never shows.)"""
 
 import shutil
 import subprocess
@@ -17,8 +18,9 @@ NAME = "no-such-host.invalid"  # .invalid never resolves (RFC 6761)
 # Run inside the namespace: prove the premise, then launch as a notebook cell does, each
 # command side by side with the others and its lines labelled with its number.
 LAUNCH = """
-import socket, sys
+import os, socket, sys
 from common.launch import start
+os.environ.pop("OMP_NUM_THREADS", None)  # as in a learner's kernel (conftest sets it)
 try:
     socket.getaddrinfo(socket.getfqdn(), None)
 except OSError:
@@ -72,3 +74,4 @@ def test_a_one_machine_launch_meets_when_the_hostname_does_not_resolve(tmp_path)
         assert sum(expected in line for line in said) == times, (number, output[-3000:])
     assert "Unable to resolve hostname" not in output
     assert NAME not in output  # nothing tried to reach the name
+    assert "Setting OMP_NUM_THREADS environment variable" not in output
