@@ -14,30 +14,32 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO
+from conftest import REPO, lesson_module
 from torch.utils.data import DataLoader, DistributedSampler
 
-from common.data import SyntheticRegression
 from common.launch import run
-from common.models import regression_model
 
 RUNGS = [
     "03_fault_tolerance/multigpu_torchrun.py",
     "03_fault_tolerance/multigpu_preemptible.py",
     "04_multinode/multinode.py",
 ]
-EPOCHS, WORLD_SIZE, BATCH_SIZE = 3, 2, 32
-EPOCH_LOSS = re.compile(r"^\[rank0\] epoch (\d+) \| world size 2 \| .* loss ([\d.]+)$", re.M)
+EPOCHS, WORLD_SIZE, BATCH_SIZE = 3, 2, 32  # BATCH_SIZE: the scripts' default --batch_size
+EPOCH_LOSS = re.compile(
+    rf"^\[rank0\] epoch (\d+) \| world size {WORLD_SIZE} \| .* loss ([\d.]+)$", re.M
+)
 
 
-def one_process_model_of_ddp() -> tuple[dict, list[float]]:
-    """(final weights, loss per epoch) of the rungs' training, as one process computes it
-    (their data, model, optimizer and sampler seed: 0)."""
-    dataset = SyntheticRegression(size=2048)
-    model = regression_model(seed=0)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+def one_process_model_of_ddp(script: str) -> tuple[dict, list[float]]:
+    """(final weights, loss per epoch) of `script`'s training, as one process computes it
+    from the script's own data, model, optimizer (load_train_objs) and SHUFFLE_SEED."""
+    lesson, name = script.removesuffix(".py").split("/")
+    rung = lesson_module(lesson, name)
+    dataset, model, optimizer = rung.load_train_objs()
     samplers = [
-        DistributedSampler(dataset, num_replicas=WORLD_SIZE, rank=rank, shuffle=True, seed=0)
+        DistributedSampler(
+            dataset, num_replicas=WORLD_SIZE, rank=rank, shuffle=True, seed=rung.SHUFFLE_SEED
+        )
         for rank in range(WORLD_SIZE)
     ]
     epoch_losses = []
@@ -56,19 +58,14 @@ def one_process_model_of_ddp() -> tuple[dict, list[float]]:
     return model.state_dict(), epoch_losses
 
 
-@pytest.fixture(scope="module")
-def expected():
-    return one_process_model_of_ddp()
-
-
 @pytest.mark.parametrize("script", RUNGS)
-def test_a_rung_trains_as_one_process_on_the_mean_of_its_ranks_losses(script, expected, tmp_path):
+def test_a_rung_trains_as_one_process_on_the_mean_of_its_ranks_losses(script, tmp_path):
     output = run(
         f"torchrun --standalone --nproc_per_node={WORLD_SIZE} {REPO / script} {EPOCHS} {EPOCHS}",
         cwd=tmp_path,
         quiet=True,
     )
-    weights, losses = expected
+    weights, losses = one_process_model_of_ddp(script)
     printed = [(int(epoch), float(loss)) for epoch, loss in EPOCH_LOSS.findall(output)]
     assert [epoch for epoch, _ in printed] == list(range(EPOCHS)), output[-3000:]
     for (_, loss), want in zip(printed, losses, strict=True):
