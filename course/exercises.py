@@ -192,11 +192,11 @@ def _all_ranks_reach(store, stage: str, rank: int, world_size: int) -> None:
 
 def forkserver() -> multiprocessing.context.ForkServerContext:
     """The server every exercise's world is forked from, one per kernel (or test worker),
-    ended with it: it imports torch once. A forked process ends with `os._exit` after its
-    exit handlers, never Python's teardown (why: `common.distributed.end_process`)."""
+    ended with it: it imports torch, and torch._dynamo (2 CPU-s at a first optimizer), once.
+    A fork ends with `os._exit` after its exit handlers (why: `common.distributed.end_process`)."""
     server = multiprocessing.get_context("forkserver")
     # Not `__main__` (the default): a kernel's main module is Jupyter's, not the course's.
-    server.set_forkserver_preload(["torch.distributed", "course.exercises"])
+    server.set_forkserver_preload(["torch.distributed", "torch._dynamo", "course.exercises"])
     multiprocessing.forkserver.ensure_running()
     return server
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+import torch.multiprocessing as mp
 
 from common.output import FORCING_COLOUR
 from common.ports import free_port
@@ -126,6 +127,17 @@ def run_forked(commands: list[tuple[Path, list[str]]], cwd: Path) -> list[dict]:
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     return json.loads(finished.stdout)
+
+
+def spawn(function: Callable, nprocs: int, *args) -> None:
+    """`function(rank, *args)` in `nprocs` processes, as `mp.spawn` runs it (a failure in
+    one fails the test with its traceback), but forked from a server that imported torch
+    once (a fresh, single-threaded process: safe to fork, unlike this test worker): each
+    process is spared torch's import, and torch._dynamo's, which the first optimizer or
+    DDP a process builds imports (about 2 s). The processes get the server's environment:
+    this worker's when it first forked (conftest's OMP_NUM_THREADS=1 included)."""
+    mp.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo"])
+    mp.start_processes(function, args, nprocs, start_method="forkserver")
 
 
 def one_worker_environment() -> dict[str, str]:

@@ -8,7 +8,6 @@ training time only, against a clock outside the trainer."""
 
 import copy
 import json
-import os
 import sys
 import time
 from itertools import pairwise
@@ -16,8 +15,7 @@ from itertools import pairwise
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from conftest import REPO, lesson_module
+from conftest import REPO, lesson_module, spawn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.utils.data import DistributedSampler
 
@@ -91,16 +89,9 @@ def logged(folder, key: str) -> list[float]:
     return [record[key] for record in records(folder) if record["kind"] == "train"]
 
 
-def spawn(function, world_size: int, *args) -> None:
-    """`function(rank, world_size, port, *args)` in `world_size` new processes. They come
-    from a fork server that imported torch once (a fresh, single-threaded process: safe
-    to fork, unlike this test worker), which saves each process the import's seconds.
-    torch._dynamo too: the first optimizer a process makes imports it (about 2 s)."""
-    os.environ["OMP_NUM_THREADS"] = "1"
-    mp.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo"])
-    mp.start_processes(
-        function, (world_size, free_port(), *args), world_size, start_method="forkserver"
-    )
+def in_world(function, world_size: int, *args) -> None:
+    """`function(rank, world_size, port, *args)` in a world of `world_size` processes."""
+    spawn(function, world_size, world_size, free_port(), *args)
 
 
 def write_text(folder, characters: int):
@@ -121,7 +112,7 @@ def test_one_global_batch_split_three_ways_trains_the_same_weights(text_folder):
     for world_size, micro_batches in [(1, 4), (2, 2), (4, 1)]:
         folder = text_folder / f"{world_size}x{micro_batches}"
         folder.mkdir()
-        spawn(split_run, world_size, folder, micro_batches)
+        in_world(split_run, world_size, folder, micro_batches)
         results[world_size, micro_batches] = torch.load(folder / "result.pt")
 
     reference = results[1, 4]["model"]
@@ -181,7 +172,7 @@ def fp16_run(rank: int, world_size: int, port: int, folder) -> None:
 def test_fp16_clips_unscaled_gradients_and_its_scaler_survives_a_snapshot(text_folder):
     folder = text_folder / "fp16"
     folder.mkdir()
-    spawn(fp16_run, 1, folder)
+    in_world(fp16_run, 1, folder)
     result = torch.load(folder / "fp16.pt")
     # The norm clipped is the true one (fp16 rounding aside), not the scaled one, which
     # would be `scale` times larger.
@@ -235,7 +226,7 @@ def test_a_watched_run_trains_on_what_it_is_dealt_and_times_training_only(tmp_pa
     text_folder = write_text(tmp_path, 12_000)  # half the others': two epochs in half the time
     folder = text_folder / "watched"
     folder.mkdir()
-    spawn(watched_run, 1, folder)
+    in_world(watched_run, 1, folder)
     watched = torch.load(folder / "watched.pt")
     every_epoch_trains_on_the_windows_its_sampler_deals(text_folder, watched)
     tokens_per_second_leave_validation_and_snapshots_out(watched)

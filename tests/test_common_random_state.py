@@ -7,8 +7,8 @@ with one GPU only.
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
+from conftest import spawn
 
 from common.ports import free_port
 from common.random_state import gather_random_states, restore_random_state
@@ -65,6 +65,5 @@ def check_world(rank: int, world_size: int, port: int, device_type: str = "cpu")
         dist.destroy_process_group()
 
 
-def test_each_rank_resumes_its_own_random_stream(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    mp.spawn(check_world, args=(2, free_port()), nprocs=2, join=True)
+def test_each_rank_resumes_its_own_random_stream():
+    spawn(check_world, 2, 2, free_port())

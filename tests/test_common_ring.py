@@ -1,13 +1,13 @@
 """Lesson 01: the hand-written ring all-reduce over a real gloo world of CPU processes.
 
-One set of 4 processes, started with torch.multiprocessing: a world of 4, then its ranks
+One set of 4 processes (conftest's `spawn`): a world of 4, then its ranks
 0 and 1 as a world of 2, each on a free port; every check runs inside them, and a
 failing check fails the test with its traceback.
 """
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from conftest import spawn
 
 from common.ports import free_port
 from common.ring import chunk_bounds, ring_all_reduce, ring_all_reduce_straightforward
@@ -122,7 +122,5 @@ def check_worlds(rank, ports):
 
 # World 3 (uneven chunks at every size) is checked by the script's own run in
 # test_01_theory; here the traffic is counted at 2 (left == right) and 4 (2(N-1)/N = 1.5).
-def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n(monkeypatch):
-    # One thread per spawned process, for this test only (monkeypatch restores it).
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    mp.spawn(check_worlds, args=((free_port(), free_port()),), nprocs=4, join=True)
+def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n():
+    spawn(check_worlds, 4, (free_port(), free_port()))
