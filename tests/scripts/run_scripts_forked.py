@@ -19,7 +19,9 @@ import sys
 import tempfile
 import traceback
 
-import torch  # noqa: F401  (the import this process exists to share)
+# The imports this process exists to share (torch._dynamo: PyTorch imports it at the
+# first optimizer or DDP built, about 2 s).
+import torch._dynamo  # noqa: F401
 
 # What torchrun sets: a command here must look started by plain python.
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
