@@ -1,6 +1,6 @@
 """The helpers every lesson script shares: device choice, the torchrun check,
-rank-prefixed logging, one-line argument errors, the dataset, showing source, and the
-stop request that names the first signal heard."""
+rank-prefixed logging, one-line argument errors, the dataset, showing source, the
+stop request that names the first signal heard, and which agent a stop signals."""
 
 import io
 import os
@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import REPO
 
-from common import distributed, versions
+from common import distributed, preemption, versions
 from common.cli import LessonArgumentParser, positive_int
 from common.data import SyntheticRegression
 from common.models import regression_model
@@ -227,3 +227,38 @@ def test_a_stop_request_names_the_first_signal_it_heard():
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+AGENT = ["/venv/bin/python", "-m", "torch.distributed.run", "--max-restarts=3", "train.py"]
+
+
+@pytest.mark.parametrize(
+    "local_rank, restarts, parent, signalled",
+    [
+        ("0", "3", AGENT, True),
+        ("1", "3", AGENT, False),  # one SIGTERM per agent: a second cuts its wait short
+        ("0", "0", AGENT, False),  # no restart to spend: the agent stops anyway
+        ("0", "3", ["/usr/bin/python", "-m", "ipykernel_launcher"], False),  # not an agent
+    ],
+)
+def test_only_local_rank_0_of_a_restarting_agent_signals_it(
+    monkeypatch, local_rank, restarts, parent, signalled
+):
+    sent = []
+
+    class Parent:  # the worker's parent process, as psutil shows it
+        def __init__(self, pid):
+            assert pid == os.getppid()
+
+        def cmdline(self):
+            return parent
+
+        def send_signal(self, signum):
+            sent.append(signum)
+
+    monkeypatch.setattr(preemption.psutil, "Process", Parent)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", restarts)
+    preemption.stop_the_agent()
+    assert sent == ([signal.SIGTERM] if signalled else [])
