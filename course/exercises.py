@@ -191,8 +191,8 @@ def _all_ranks_reach(store, stage: str, rank: int, world_size: int) -> None:
 
 
 def forkserver() -> multiprocessing.context.ForkServerContext:
-    """The server every exercise's world is forked from, one per kernel (or test worker),
-    ended with it: it imports torch, and torch._dynamo (2 CPU-s at a first optimizer), once.
+    """The server every exercise's world (and conftest.spawn's) forks from, one per kernel
+    or test worker: it imports torch and torch._dynamo (2 CPU-s at a first optimizer) once.
     A fork ends with `os._exit` after its exit handlers (why: `common.distributed.end_process`)."""
     server = multiprocessing.get_context("forkserver")
     # Not `__main__` (the default): a kernel's main module is Jupyter's, not the course's.

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 
 from common.output import FORCING_COLOUR
 from common.ports import free_port
+from course import exercises
 
 # Two test workers on 2 cores run notebooks and DDP processes side by side. With
 # PyTorch's default of one intra-op thread per core, each process that torchrun did not
@@ -131,12 +132,11 @@ def run_forked(commands: list[tuple[Path, list[str]]], cwd: Path) -> list[dict]:
 
 def spawn(function: Callable, nprocs: int, *args) -> None:
     """`function(rank, *args)` in `nprocs` processes, as `mp.spawn` runs it (a failure in
-    one fails the test with its traceback), but forked from a server that imported torch
-    once (a fresh, single-threaded process: safe to fork, unlike this test worker): each
-    process is spared torch's import, and torch._dynamo's, which the first optimizer or
-    DDP a process builds imports (about 2 s). The processes get the server's environment:
-    this worker's when it first forked (conftest's OMP_NUM_THREADS=1 included)."""
-    mp.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo"])
+    one fails the test with its traceback), but forked from the server the exercise checks
+    fork from (`course.exercises.forkserver`: a fresh process that imported torch and
+    torch._dynamo once, safe to fork, unlike this test worker). The processes get the
+    server's environment: this worker's when it first forked (OMP_NUM_THREADS=1 above)."""
+    exercises.forkserver()
     mp.start_processes(function, args, nprocs, start_method="forkserver")
 
 
