@@ -1,7 +1,7 @@
 """Lesson 01: the hand-written ring all-reduce over a real gloo world of CPU processes.
 
-One set of 4 processes (conftest's `spawn`): a world of 4, then its ranks
-0 and 1 as a world of 2, each on a free port; every check runs inside them, and a
+One set of 4 processes (conftest's `spawn`): a world of 4, then its ranks 0-2 as a world
+of 3 and 0-1 as a world of 2, each on a free port; every check runs inside them, and a
 failing check fails the test with its traceback.
 """
 
@@ -47,8 +47,9 @@ def check_world(rank, world_size, port):
     dist.batch_isend_irecv = counting_batch
     try:
         seed = everyone_sent = everyone_should = 0
-        # The sums themselves, every dtype and size at 2 and 4 ranks: 01_theory's check
-        # cell (ring_allreduce.py's own check). Here: the bytes that go out for them.
+        # The sums of every dtype and size at 2 and 4 ranks: 01_theory's check cell
+        # (ring_allreduce.py's own check, with its tolerances). Here: the exact (integer)
+        # sums, at 3 ranks too, and the bytes that go out for them.
         for dtype in DTYPES:
             sizes = awkward_sizes(world_size)
             if dtype not in (torch.float32, torch.int64):  # fewer sizes: keep the test quick
@@ -57,7 +58,8 @@ def check_world(rank, world_size, port):
                 seed += 1
                 mine = data(rank, numel, dtype, seed)
                 sent_bytes.clear()
-                reported = ring_all_reduce(mine.clone())
+                ours = mine.clone()
+                reported = ring_all_reduce(ours)
 
                 # Traffic: each rank sends every chunk but (r+1), then every chunk but (r+2).
                 chunks = chunk_sizes(numel, world_size)
@@ -69,11 +71,14 @@ def check_world(rank, world_size, port):
                 if numel % world_size == 0:
                     assert sum(sent_bytes) * world_size == 2 * (world_size - 1) * numel * element
 
-                if dtype == torch.int64:  # the slow version, once per size
-                    slow, library = mine.clone(), mine.clone()
-                    ring_all_reduce_straightforward(slow)
+                if not dtype.is_floating_point:  # integer sums are exact: equal
+                    library = mine.clone()
                     dist.all_reduce(library)
-                    torch.testing.assert_close(slow, library, rtol=0, atol=0)
+                    assert torch.equal(ours, library), (numel, dtype)
+                    if dtype == torch.int64:  # the slow version, once per size
+                        slow = mine.clone()
+                        ring_all_reduce_straightforward(slow)
+                        assert torch.equal(slow, library), numel
         total = torch.tensor([everyone_sent])
         dist.all_reduce(total)
         assert total.item() == everyone_should
@@ -114,13 +119,12 @@ def check_world(rank, world_size, port):
 
 
 def check_worlds(rank, ports):
-    """The world of 4, then ranks 0 and 1 as a world of 2: one process start for both."""
-    check_world(rank, 4, ports[0])
-    if rank < 2:
-        check_world(rank, 2, ports[1])
+    """The world of 4, then its ranks 0-2 as a world of 3 (uneven chunks at every size),
+    then ranks 0 and 1 as a world of 2 (left == right): one process start for all."""
+    for world_size, port in zip((4, 3, 2), ports, strict=True):
+        if rank < world_size:
+            check_world(rank, world_size, port)
 
 
-# World 3 (uneven chunks at every size) is checked by the script's own run in
-# test_01_theory; here the traffic is counted at 2 (left == right) and 4 (2(N-1)/N = 1.5).
 def test_ring_equals_all_reduce_and_sends_2_n_minus_1_over_n():
-    spawn(check_worlds, 4, (free_port(), free_port()))
+    spawn(check_worlds, 4, (free_port(), free_port(), free_port()))
