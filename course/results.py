@@ -1,6 +1,7 @@
 """docs/results.md: the newest result of each configuration the course ran in, written by
 the commands that measure them: `noxfile.py` (the suite on each Python, with nox),
-`course.gpu_mode` (on a GPU machine) and `tests/stress_launches.py` (many launches).
+`course.gpu_mode` (on a GPU machine), `tests/stress_launches.py` (many launches) and
+`tests/count_restarts.py` (restarts after a kill).
 
 A command replaces the row of its configuration (the first columns of its table) and
 keeps every other row: the page holds the newest result per configuration, and the
@@ -52,6 +53,15 @@ TABLES = {
         "settings and counts the launches that failed ([the scripts](scripts.md)).",
         ["scripts", "ending", "commit", "date", "result", "time", "load at start"],
         2,
+    ),
+    "restarts": Table(
+        "Restarts after a kill",
+        "`tests/count_restarts.py` kills a worker from outside at a different moment in each of\n"
+        "many launches with restarts (torchrun's shared store on, as the official command has\n"
+        "it) and counts the launches that hung, failed, or ended with weights other than those\n"
+        "of a run that was never killed.",
+        ["script", "commit", "date", "result", "time", "load at start"],
+        1,
     ),
 }
 

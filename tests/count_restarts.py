@@ -14,13 +14,15 @@ after rank 0 logs epoch 0, 1, ... 4, plus a random wait of up to one epoch. A la
 that has not ended within `--limit` seconds counts as hung (torchrun's shared store used
 to leave a restarted gloo group waiting for the dead worker: lesson 03,
 stale_address.py). Each launch that ends also has its final snapshot compared with a run
-that was never killed: bit for bit, wherever the kill landed.
+that was never killed: bit for bit, wherever the kill landed. The counts go into
+docs/results.md ("Restarts after a kill"); it exits 1 unless every launch ended bit-equal.
 """
 
 import argparse
 import os
 import random
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ from pathlib import Path
 import torch
 
 from common.launch import CommandFailed, CommandTimedOut, run, start
+from course import results
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "03_fault_tolerance" / "multigpu_torchrun.py"
@@ -51,6 +54,9 @@ def main() -> None:
     command = COMMAND.format(script=args.script.resolve())
     os.environ.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)  # the official command's way
     moments = random.Random(args.seed)
+    load = os.getloadavg()[0]
+    print(f"load average {load:.2f} on {os.cpu_count()} cores", flush=True)
+    started = time.monotonic()
     counts = {"met and finished": 0, "hung": 0, "failed": 0, "bit-equal": 0, "extra restarts": 0}
     with tempfile.TemporaryDirectory(prefix="count_restarts_") as folder:
         folder = Path(folder)
@@ -84,7 +90,16 @@ def main() -> None:
                 f"({seconds:.1f} s)",
                 flush=True,
             )
-    print(f"{args.kills} kills: " + ", ".join(f"{name} {n}" for name, n in counts.items()))
+    summary = f"{args.kills} kills: " + ", ".join(f"{name} {n}" for name, n in counts.items())
+    print(summary)
+    script = args.script.resolve()
+    results.record(
+        "restarts",
+        [script.relative_to(REPO).as_posix() if script.is_relative_to(REPO) else script.name,
+         results.commit(), results.today(), summary, f"{time.monotonic() - started:.0f} s",
+         f"{load:.2f} on {os.cpu_count()} cores"],
+    )  # fmt: skip
+    sys.exit(0 if counts["bit-equal"] == args.kills else 1)
 
 
 if __name__ == "__main__":
