@@ -9,8 +9,8 @@ there are GPUs skips, saying how many it needs (the GPU mode lists it). On the C
 plain suite skips this module: there each claim is already proven on the notebooks'
 and the tests' own launches, with gloo and 2 to 4 processes:
 - each rank joins and all_reduce sums the ranks: 00_intro's check cell (2, 3, 4 ranks);
-- the ring equals dist.all_reduce: 01_theory's check cell (2 and 4 ranks) and
-  tests/test_01_theory.py (3 ranks, and a world of 1);
+- the ring equals dist.all_reduce: 01_theory's check cell (2 and 4 ranks),
+  tests/test_common_ring.py (4, 3 and 2) and tests/test_01_theory.py (a world of 1);
 - every tensor of the trainer on the process's own device: on a CPU there is one;
   the choice of cuda:<local rank> is tests/test_common_distributed_gpus.py's, on faked GPUs;
 - DDP makes the replicas equal: 01_theory's check cell and tests/test_01_theory.py;
