@@ -119,8 +119,8 @@ def check_world(rank, world_size, port):
 
 
 def check_worlds(rank, ports):
-    """The world of 4, then its ranks 0-2 as a world of 3 (uneven chunks at every size),
-    then ranks 0 and 1 as a world of 2 (left == right): one process start for all."""
+    """The world of 4, then its ranks 0-2 as a world of 3 (unequal chunks at the large
+    sizes too), then ranks 0 and 1 as a world of 2 (left == right): one process start."""
     for world_size, port in zip((4, 3, 2), ports, strict=True):
         if rank < world_size:
             check_world(rank, world_size, port)
