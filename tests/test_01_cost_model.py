@@ -1,8 +1,5 @@
-"""The alpha-beta cost model (`01_theory/cost_model.py`) and its checks: each formula
-against what it models (the ring simulation's messages, DDP's own bucketing), the fit
-against data made from known alpha and beta, the checks against data made from wrong
-cost models (they must fail) and from the ring (it must pass), and the step timeline on
-cases worked out by hand. The predictions at scale: tests/test_01_at_scale.py."""
+"""The alpha-beta cost model (`01_theory/cost_model.py`): each formula against what it
+models, the fit and the checks on data made from known cost models, right and wrong."""
 
 import random
 
@@ -15,12 +12,9 @@ from common.ring_sim import simulate_reduce_then_broadcast, simulate_ring_all_re
 
 cost_model = lesson_module("01_theory", "cost_model")
 machine_load = lesson_module("01_theory", "machine_load")
-Link = cost_model.Link
-assign_buckets, fit_alpha_beta = cost_model.assign_buckets, cost_model.fit_alpha_beta
+Link, fit_alpha_beta = cost_model.Link, cost_model.fit_alpha_beta
+ring_seconds, tree_seconds = cost_model.ring_seconds, cost_model.tree_seconds
 reduce_broadcast_seconds = cost_model.reduce_broadcast_seconds
-relative_errors, ring_seconds = cost_model.relative_errors, cost_model.ring_seconds
-step_timeline, tree_seconds = cost_model.step_timeline, cost_model.tree_seconds
-two_level_seconds = cost_model.two_level_seconds
 
 LINK = Link(alpha=1e-4, bandwidth=1e9)
 
@@ -30,12 +24,10 @@ def test_the_ring_formula_counts_the_simulated_ring_s_messages_and_bytes(world_s
     elements = 12 * world_size  # float32, divisible by N: every chunk the same size
     inputs = [torch.randn(elements) for _ in range(world_size)]
     record = simulate_ring_all_reduce(inputs)
-    steps = len(record.steps) - 1  # the first is the start
-    # Every step each rank sends one message, all ranks at once: a step costs one
-    # message's alpha and its bytes' beta.
+    # Every step (the first is the start) each rank sends one message, all at once: a
+    # step costs one message's alpha and its bytes' beta.
     assert all(len(step.transfers) == world_size for step in record.steps[1:])
-    sent = max(record.elements_sent()) * 4
-    expected = steps * LINK.alpha + sent * LINK.beta
+    expected = (len(record.steps) - 1) * LINK.alpha + max(record.elements_sent()) * 4 * LINK.beta
     assert ring_seconds(elements * 4, world_size, LINK) == pytest.approx(expected, rel=1e-12)
 
 
@@ -43,9 +35,8 @@ def test_the_ring_formula_counts_the_simulated_ring_s_messages_and_bytes(world_s
 def test_reduce_then_broadcast_pays_every_message_through_the_root(world_size):
     elements = 10
     record = simulate_reduce_then_broadcast([torch.randn(elements) for _ in range(world_size)])
-    root_messages = sum(
-        1 for step in record.steps for t in step.transfers if 0 in (t.sender, t.receiver)
-    )
+    transfers = [t for step in record.steps for t in step.transfers]
+    root_messages = sum(0 in (t.sender, t.receiver) for t in transfers)
     assert root_messages == 2 * (world_size - 1)
     expected = root_messages * (LINK.alpha + elements * 4 * LINK.beta)
     assert reduce_broadcast_seconds(elements * 4, world_size, LINK) == pytest.approx(expected)
@@ -64,9 +55,9 @@ def test_the_tree_s_latency_grows_with_log_n_and_the_ring_s_with_n():
 
 def test_a_two_level_ring_of_one_machine_is_a_ring():
     fast, slow = Link(1e-6, 1e11), Link(1e-5, 1e10)
-    assert two_level_seconds(2**20, 8, 1, fast, slow) == ring_seconds(2**20, 8, fast)
+    assert cost_model.two_level_seconds(2**20, 8, 1, fast, slow) == ring_seconds(2**20, 8, fast)
     # Across machines each of the 8 rings carries 1/8 of the tensor.
-    across = two_level_seconds(2**20, 8, 4, fast, slow) - ring_seconds(2**20, 8, fast)
+    across = cost_model.two_level_seconds(2**20, 8, 4, fast, slow) - ring_seconds(2**20, 8, fast)
     assert across == pytest.approx(ring_seconds(2**20 / 8, 4, slow))
 
 
@@ -74,8 +65,7 @@ SIZES = [4**k * 2**12 for k in range(8)]  # 4 KB to 64 MB, the benchmark's sizes
 
 
 def made_by(cost, noise: float = 0.05, seed: int = 0, worlds=(2, 4)) -> list[dict]:
-    """Benchmark rows whose times `cost(bytes, world_size)` made, each off by up to
-    +-`noise` (relative), at random."""
+    """Benchmark rows timed by `cost(bytes, world_size)`, each off by up to +-`noise`."""
     rng = random.Random(seed)
     return [{"bytes": n, "world_size": w, "t": cost(n, w) * (1 + rng.uniform(-noise, noise))}
             for w in worlds for n in SIZES]  # fmt: skip
@@ -83,36 +73,24 @@ def made_by(cost, noise: float = 0.05, seed: int = 0, worlds=(2, 4)) -> list[dic
 
 def test_the_fit_recovers_alpha_and_beta():
     truth = Link(alpha=3e-4, bandwidth=8e8)
-
-    def cost(n, w):
-        return ring_seconds(n, w, truth)
-
-    exact = fit_alpha_beta(made_by(cost, noise=0, worlds=(2, 3, 4)), "t")
-    assert exact.alpha == pytest.approx(truth.alpha, rel=1e-9)
-    assert exact.bandwidth == pytest.approx(truth.bandwidth, rel=1e-9)
-    noisy = fit_alpha_beta(made_by(cost, noise=0.1, worlds=(2, 3, 4)), "t")
-    assert noisy.alpha == pytest.approx(truth.alpha, rel=0.15)
-    assert noisy.bandwidth == pytest.approx(truth.bandwidth, rel=0.15)
+    for noise, rel in ((0, 1e-9), (0.1, 0.15)):
+        rows = made_by(lambda n, w: ring_seconds(n, w, truth), noise=noise, worlds=(2, 3, 4))
+        fitted = fit_alpha_beta(rows, "t")
+        assert fitted.alpha == pytest.approx(truth.alpha, rel=rel)
+        assert fitted.bandwidth == pytest.approx(truth.bandwidth, rel=rel)
 
 
 def test_the_fit_minimizes_relative_error():
-    """The 4-process 16 and 64 MB rows are 20% slow: a plain least-squares fit follows
-    them (their error is the largest in seconds) and misses the small sizes; the fit of
-    least relative error is the minimum of the sum of squared relative errors."""
+    """The 4-process 16 and 64 MB rows are 20% slow: a plain least-squares fit would follow
+    them (the largest errors in seconds) and miss the small sizes."""
     truth = Link(alpha=3e-4, bandwidth=8e8)
-    rows = [
-        {
-            "bytes": n,
-            "world_size": w,
-            "t": ring_seconds(n, w, truth) * (1.2 if n > 2**20 and w == 4 else 1),
-        }
-        for w in (2, 4)
-        for n in (2**12, 2**16, 2**24, 2**26)
-    ]
+    rows = [{"bytes": n, "world_size": w,
+             "t": ring_seconds(n, w, truth) * (1.2 if n > 2**20 and w == 4 else 1)}
+            for w in (2, 4) for n in (2**12, 2**16, 2**24, 2**26)]  # fmt: skip
     fitted = fit_alpha_beta(rows, "t")
 
     def squared(link):
-        return sum(e * e for e in relative_errors(rows, "t", link))
+        return sum(e * e for e in cost_model.relative_errors(rows, "t", link))
 
     for alpha, beta in ((1.01, 1), (0.99, 1), (1, 1.01), (1, 0.99)):
         assert squared(Link(fitted.alpha * alpha, fitted.bandwidth / beta)) > squared(fitted)
@@ -120,11 +98,8 @@ def test_the_fit_minimizes_relative_error():
 
 def test_the_fit_never_returns_a_negative_latency():
     # Times made with alpha = -10 us: a free fit would return it; no message is that fast.
-    rows = [
-        {"bytes": n, "world_size": w, "t": ring_seconds(n, w, Link(-1e-5, 1e9))}
-        for w in (2, 4)
-        for n in (2**20, 2**22, 2**24)
-    ]
+    rows = [{"bytes": n, "world_size": w, "t": ring_seconds(n, w, Link(-1e-5, 1e9))}
+            for w in (2, 4) for n in (2**20, 2**22, 2**24)]  # fmt: skip
     link = fit_alpha_beta(rows, "t")
     assert link.alpha == 0
     assert link.bandwidth == pytest.approx(1e9, rel=0.05)
@@ -137,39 +112,30 @@ def test_the_bucket_rule_is_ddp_s(seed):
     tensors = [torch.empty(n) for n in numels]
     for first, cap in ((2**20, 25 * 2**20), (2**20, 2**20), (2**19, 2**21)):
         theirs, _ = dist._compute_bucket_assignment_by_size(tensors, [first, cap])
-        ours = assign_buckets([4 * n for n in numels], cap, first)
-        assert ours == theirs
+        assert cost_model.assign_buckets([4 * n for n in numels], cap, first) == theirs
 
 
 def test_the_timeline_starts_each_bucket_when_ready_and_after_the_previous():
-    ready, sizes = [1.0, 2.0, 3.0, 4.0], [100, 100, 100, 100]
+    def timeline(buckets, cost=lambda nbytes: nbytes / 100, **overlap):  # 1 s per 100 bytes
+        return cost_model.step_timeline(0.5, [1.0, 2.0, 3.0, 4.0], [100] * 4, 4.0, 0.25,
+                                        buckets, cost, **overlap)  # fmt: skip
 
-    def cost(nbytes):
-        return nbytes / 100  # one second per gradient of 100 bytes
-
-    timeline = step_timeline(0.5, ready, sizes, 4.0, 0.25, [[0, 1], [2], [3]], cost)
     # Bucket 0 waits for gradient 1 (t=2) and takes 2 s; bucket 1 is ready at 3 but the
     # stream is busy until 4; bucket 2 then starts at 5.
-    assert timeline.buckets == [(2.0, 4.0, 200), (4.0, 5.0, 100), (5.0, 6.0, 100)]
-    assert timeline.exposed_communication == 2.0
-    assert timeline.step == 0.5 + 4.0 + 2.0 + 0.25
-    serial = step_timeline(0.5, ready, sizes, 4.0, 0.25, [[0, 1], [2], [3]], cost, overlap=False)
+    overlapped = timeline([[0, 1], [2], [3]])
+    assert overlapped.buckets == [(2.0, 4.0, 200), (4.0, 5.0, 100), (5.0, 6.0, 100)]
+    assert overlapped.exposed_communication == 2.0
+    assert overlapped.step == 0.5 + 4.0 + 2.0 + 0.25
+    serial = timeline([[0, 1], [2], [3]], overlap=False)
     assert serial.buckets == [(4.0, 6.0, 200), (6.0, 7.0, 100), (7.0, 8.0, 100)]
     assert serial.step == 0.5 + 4.0 + 4.0 + 0.25
-    free = step_timeline(0.5, ready, sizes, 4.0, 0.25, [[0, 1, 2, 3]], lambda n: 0.0)
+    free = timeline([[0, 1, 2, 3]], lambda n: 0.0)
     assert free.step == free.compute == 4.75
 
 
 # The on-machine checks, fed data made from cost models: the ring's must pass, every
 # wrong one must fail one check at least. alpha and bandwidth as gloo's on a laptop.
 TRUTH = Link(alpha=2e-4, bandwidth=1.5e9)
-
-
-def all_checks(rows: list[dict]) -> dict[str, bool]:
-    return {
-        "sizes": cost_model.check_held_out_sizes(rows, "t").passed,
-        "world size": cost_model.check_world_size(rows, "t").passed,
-    }
 
 
 RING = (lambda n, w: ring_seconds(n, w, TRUTH), None)  # None: no check may fail it
@@ -185,7 +151,9 @@ WRONG_MODELS = {
 def test_the_checks_pass_the_ring_s_data_and_fail_a_wrong_cost_model_s(name):
     cost, caught_by = WRONG_MODELS.get(name, RING)
     for seed in range(5):
-        checks = all_checks(made_by(cost, seed=seed))
+        rows = made_by(cost, seed=seed)
+        checks = {"sizes": cost_model.check_held_out_sizes(rows, "t").passed,
+                  "world size": cost_model.check_world_size(rows, "t").passed}  # fmt: skip
         if caught_by is None:
             assert checks == {"sizes": True, "world size": True}, seed
         else:
@@ -193,8 +161,8 @@ def test_the_checks_pass_the_ring_s_data_and_fail_a_wrong_cost_model_s(name):
 
 
 def step_rows(all_reduce_factor: float, seed: int = 0) -> list[dict]:
-    """ddp_step_times.py's rows for a world of 2, 8 layers of 2.3 MB, the step made by
-    the no-overlap model with all-reduces `all_reduce_factor` times the ring's."""
+    """ddp_step_times.py's rows (2 processes, 8 layers of 2.3 MB), timed by the no-overlap
+    model with all-reduces `all_reduce_factor` times the ring's."""
     rng = random.Random(seed)
     sizes = [4 * (768 * 768 + 768)] * 8
     rows = []
@@ -228,13 +196,12 @@ def test_quiet_means_other_programs_left_the_cores_alone():
 
 
 def test_interpolating_between_two_fitted_worlds_cannot_tell_a_ring():
-    """Why the world-size check extrapolates: fitted on 2 and 4 processes, the ring's
-    formula predicts 3 processes' times made by a tree, or with no dependence on the
-    world size, within the bound: between two fitted worlds every line is close."""
+    """Why the world-size check extrapolates: fitted on 2 and 4 processes, the ring's formula
+    predicts a tree's 3-process times, or times the world size leaves alone, within bound."""
     for name in ("tree", "constant in the world size"):
         cost = WRONG_MODELS[name][0]
         rows = made_by(cost, noise=0, worlds=(2, 3, 4))
         link = fit_alpha_beta([r for r in rows if r["world_size"] != 3], "t")
         big = [r for r in rows if r["world_size"] == 3 and r["bytes"] >= 2**20]
-        errors = sorted(abs(e) for e in relative_errors(big, "t", link))
+        errors = sorted(abs(e) for e in cost_model.relative_errors(big, "t", link))
         assert errors[len(errors) // 2] < cost_model.BOUND, name

@@ -1,10 +1,6 @@
-"""Lesson 05's trainer in gloo worlds of its own: the global batch does not depend on
-how it is split among processes and micro-batches (same weights, the same logged
-losses, one round of all-reduces per step); fp16 with a GradScaler clips the true
-gradients and keeps its scaler state across a snapshot, while a resume in another
-precision is refused; and, watched from outside, every epoch trains on the windows its
-sampler deals (after `set_epoch`), and the tokens/s of each progress line counts
-training time only, against a clock outside the trainer."""
+"""Lesson 05's trainer in gloo worlds of its own: a global batch trains the same however it
+is split; fp16 clips the true gradients and its scaler survives a snapshot; watched from
+outside, it trains on what its sampler deals and times training only."""
 
 import copy
 import json
@@ -33,8 +29,7 @@ TOLERANCE = 1e-5  # float32 sums in another order: the weights agree to about 1e
 
 
 def build(rank: int, world_size: int, port: int, folder, overrides: list[str]):
-    """A Trainer as main.py builds it, in a world of `world_size` on this machine (a
-    process of its own, whose imports may put the lesson folder on its sys.path)."""
+    """A Trainer as main.py builds it, in a process of its own (its sys.path may change)."""
     sys.path.insert(0, str(LESSON))
     from char_dataset import build_datasets
     from config import load_config
@@ -55,8 +50,7 @@ def build(rank: int, world_size: int, port: int, folder, overrides: list[str]):
 
 
 def split_run(rank: int, world_size: int, port: int, folder, micro_batches: int) -> None:
-    """STEPS steps of a global batch of 16, micro-batches of at most 4: `world_size`
-    processes x `micro_batches` x 4."""
+    """STEPS steps of a global batch of 16: `world_size` x `micro_batches` x 4."""
     overrides = ["trainer.global_batch_size=16", "trainer.batch_size=4",
                  f"trainer.max_steps={STEPS}", "trainer.amp=fp32"]  # fmt: skip
     trainer = build(rank, world_size, port, folder, overrides)
@@ -71,10 +65,11 @@ def split_run(rank: int, world_size: int, port: int, folder, micro_batches: int)
     initial = copy.deepcopy(trainer.raw_model.state_dict())
     trainer.train()
     if rank == 0:
+        steps = [row for row in records(folder) if row["kind"] == "train"]
         torch.save(
             {"initial": initial, "model": trainer.raw_model.state_dict(),
-             "all_reduces": all_reduces, "grad_norms": logged(folder, "grad_norm"),
-             "losses": logged(folder, "loss")},
+             "all_reduces": all_reduces, "grad_norms": [row["grad_norm"] for row in steps],
+             "losses": [row["loss"] for row in steps]},
             folder / "result.pt",
         )  # fmt: skip
     dist.destroy_process_group()
@@ -84,19 +79,8 @@ def records(folder) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-def logged(folder, key: str) -> list[float]:
-    """`key` of every step, from the metrics file (trainer.log_every=1)."""
-    return [record[key] for record in records(folder) if record["kind"] == "train"]
-
-
-def in_world(function, world_size: int, *args) -> None:
-    """`function(rank, world_size, port, *args)` in a world of `world_size` processes."""
-    spawn(function, world_size, world_size, free_port(), *args)
-
-
 def write_text(folder, characters: int):
-    """The first `characters` of the lesson's text, where build() reads it: beside the
-    runs' folders."""
+    """The lesson's text's first `characters`, where build() reads it: beside the runs."""
     text = char_dataset.load_text(None)[0][:characters]
     (folder / "text.txt").write_text(text, encoding="utf-8")
     return folder
@@ -112,18 +96,16 @@ def test_one_global_batch_split_three_ways_trains_the_same_weights(text_folder):
     for world_size, micro_batches in [(1, 4), (2, 2), (4, 1)]:
         folder = text_folder / f"{world_size}x{micro_batches}"
         folder.mkdir()
-        in_world(split_run, world_size, folder, micro_batches)
+        spawn(split_run, world_size, world_size, free_port(), folder, micro_batches)
         results[world_size, micro_batches] = torch.load(folder / "result.pt")
 
     reference = results[1, 4]["model"]
-    # The gradient of every step is the mean over the global batch: the same norm.
-    # (Adam and the clip would hide a gradient twice too large in the weights.)
-    # And the loss each step logs is the mean over the global batch, whatever the split.
+    # Each step's gradient and logged loss are the means over the global batch, whatever
+    # the split (Adam and the clip would hide a gradient twice too large in the weights).
     for split, result in results.items():
         assert result["grad_norms"] == pytest.approx(results[1, 4]["grad_norms"], rel=1e-5)
         assert result["losses"] == pytest.approx(results[1, 4]["losses"], rel=1e-5), split
         assert len(result["grad_norms"]) == len(result["losses"]) == STEPS, split
-    for split, result in results.items():
         for name, tensor in result["model"].items():
             assert torch.allclose(tensor, reference[name], rtol=0, atol=TOLERANCE), (split, name)
     # They trained: every weight moved from its initial value by more than the tolerance.
@@ -172,7 +154,7 @@ def fp16_run(rank: int, world_size: int, port: int, folder) -> None:
 def test_fp16_clips_unscaled_gradients_and_its_scaler_survives_a_snapshot(text_folder):
     folder = text_folder / "fp16"
     folder.mkdir()
-    in_world(fp16_run, 1, folder)
+    spawn(fp16_run, 1, 1, free_port(), folder)
     result = torch.load(folder / "fp16.pt")
     # The norm clipped is the true one (fp16 rounding aside), not the scaled one, which
     # would be `scale` times larger.
@@ -189,9 +171,9 @@ SLOW_VALIDATION = 0.3  # seconds each validation waits on top: far above the clo
 
 
 def watched_run(rank: int, world_size: int, port: int, folder) -> None:
-    """Two epochs of 2 micro-batches a step, watched from outside the trainer: the
-    windows each micro-batch trains on, and the wall-clock time of every progress line
-    and of every pause (validation, snapshot) between them."""
+    """Two epochs of 2 micro-batches a step, watched from outside the trainer: the windows
+    each micro-batch trains on, and when each progress line and pause (validation,
+    snapshot) ran."""
     overrides = ["trainer.global_batch_size=8", "trainer.batch_size=4", "trainer.max_epochs=2",
                  "trainer.log_every=5", "trainer.eval_every=10", "trainer.save_every_steps=6",
                  "trainer.amp=fp32"]  # fmt: skip
@@ -202,17 +184,16 @@ def watched_run(rank: int, world_size: int, port: int, folder) -> None:
         if module.training:  # not validation
             inputs.append(arguments[0].clone())
 
-    trainer.raw_model.register_forward_pre_hook(seen)
-
     def timed(name, method, extra=0.0):
         def wrapper(*arguments):
-            events.append((name, "in", time.perf_counter()))
+            start = time.perf_counter()
             method(*arguments)
             time.sleep(extra)  # a slower validation, which the trainer must leave out
-            events.append((name, "out", time.perf_counter()))
+            events.append((name, start, time.perf_counter()))
 
         return wrapper
 
+    trainer.raw_model.register_forward_pre_hook(seen)
     trainer._progress = timed("progress", trainer._progress)
     trainer._validate_and_record = timed("pause", trainer._validate_and_record, SLOW_VALIDATION)
     trainer._save_snapshot = timed("pause", trainer._save_snapshot)
@@ -226,37 +207,28 @@ def test_a_watched_run_trains_on_what_it_is_dealt_and_times_training_only(tmp_pa
     text_folder = write_text(tmp_path, 12_000)  # half the others': two epochs in half the time
     folder = text_folder / "watched"
     folder.mkdir()
-    in_world(watched_run, 1, folder)
+    spawn(watched_run, 1, 1, free_port(), folder)
     watched = torch.load(folder / "watched.pt")
-    every_epoch_trains_on_the_windows_its_sampler_deals(text_folder, watched)
-    tokens_per_second_leave_validation_and_snapshots_out(watched)
 
-
-def every_epoch_trains_on_the_windows_its_sampler_deals(text_folder, watched):
-    """What the model saw, micro-batch by micro-batch, against what the sampler deals in
-    each epoch after `set_epoch` (a trainer that forgot it would repeat epoch 0)."""
+    # Every micro-batch is what the sampler deals in its epoch after `set_epoch` (a
+    # trainer that forgot it would repeat epoch 0).
     _, train_set, _, _ = char_dataset.build_datasets(str(text_folder / "text.txt"), 32, 0.1, 1337)
-    expected = []
+    expected, steps = [], watched["steps_per_epoch"]
     for epoch in range(2):
         train_set.set_epoch(epoch)
         order = list(DistributedSampler(train_set, 1, 0, shuffle=False, drop_last=True))
         windows = [train_set[index][0] for index in order]
-        steps = watched["steps_per_epoch"]
         expected += [torch.stack(windows[i : i + 4]) for i in range(0, steps * 8, 4)]
     assert len(watched["inputs"]) == len(expected) == 2 * steps * 2
     for index, (seen, dealt) in enumerate(zip(watched["inputs"], expected, strict=True)):
         assert torch.equal(seen, dealt), f"micro-batch {index}"
     assert not torch.equal(expected[0], expected[2 * steps])  # the epochs differ
 
-
-def tokens_per_second_leave_validation_and_snapshots_out(watched):
-    """Each interval's training seconds, as the metrics file has them, against a clock
-    outside the trainer: the wall time from one progress line to the next, less the
-    validations and snapshots in between (each validation made 0.3 s slower)."""
-    events, rows = watched["events"], [r for r in watched["records"] if r["kind"] == "train"]
-    steps = [(a[2], b[2], a[0]) for a, b in pairwise(events) if a[1] == "in"]  # in, out
-    progress = [(start, end) for start, end, name in steps if name == "progress"]
-    pauses = [(start, end) for start, end, name in steps if name == "pause"]
+    # Each interval's training seconds in the metrics file, against the wall time from one
+    # progress line to the next less the validations and snapshots in between.
+    rows = [r for r in watched["records"] if r["kind"] == "train"]
+    progress = [(start, end) for name, start, end in watched["events"] if name == "progress"]
+    pauses = [(start, end) for name, start, end in watched["events"] if name == "pause"]
     assert len(progress) == len(rows)
     compared = 0
     for (earlier, later), ((_, start), (end, _)) in zip(

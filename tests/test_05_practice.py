@@ -1,7 +1,5 @@
-"""Lesson 05, in one process, what a practitioner audits: the FLOPs per token are those
-PyTorch counts; weight tying, the TF32
-setting, the precision `auto` chooses, a schedule that trainer.max_steps does not move,
-a snapshot refused when it was trained otherwise, and a fresh metrics file."""
+"""Lesson 05, in one process, what a practitioner audits: FLOPs per token, TF32, the
+precision `auto` chooses, the schedule, snapshots and metrics files."""
 
 import json
 import math
@@ -27,48 +25,27 @@ CONFIG = REPO / "05_mingpt" / "train_cfg.yaml"
 SHAPE = dict(vocab_size=65, block_size=64, n_layer=2, n_head=4, n_embd=64)
 
 
-def counted_flops_per_token(model, batch: int = 4) -> float:
-    """PyTorch's own count of a forward and backward pass, per token. Attention runs
-    its plain (math) kernel here: the counter counts its matrix products, while the
-    fused CPU kernel is not among the operators it knows (it would count 0 for it)."""
-    tokens = torch.randint(0, SHAPE["vocab_size"], (batch, SHAPE["block_size"]))
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-        _, loss = model(tokens, tokens)
-        loss.backward()
-    return counter.get_total_flops() / tokens.numel()
-
-
 @pytest.mark.parametrize("tied", [False, True])
 def test_the_flops_per_token_are_those_pytorch_counts(tied):
     model = gpt.GPT(gpt.GPTShape(**SHAPE, tie_weights=tied))
     ours = efficiency.model_flops_per_token(model, SHAPE["block_size"])
-    # Equal: 6 per multiplied weight (the output layer's included, tied or not) and
-    # attention's products over the whole context. LayerNorm, softmax, the loss and the
-    # additions of biases are not matrix products, and neither count has them.
-    assert ours == counted_flops_per_token(model)
-    # Counting every parameter, as the lesson did, adds the embedding tables' lookups.
+    # PyTorch's own count of a forward and backward pass, with attention's plain (math)
+    # kernel: the counter knows its products, not the fused CPU kernel's.
+    tokens = torch.randint(0, SHAPE["vocab_size"], (4, SHAPE["block_size"]))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(tokens, tokens)[1].backward()
+    # 6 per multiplied weight (the output layer's, tied or not) and attention's products
+    # over the whole context; neither count has the norms, softmax, loss or biases.
+    assert ours == counter.get_total_flops() / tokens.numel()
+    # Counting every parameter adds the embedding tables' lookups (efficiency.py says so).
     every = sum(p.numel() for p in model.parameters())
     old = efficiency.flops_per_token(every, SHAPE["n_layer"], SHAPE["n_embd"], SHAPE["block_size"])
     assert old > ours * 1.01 if not tied else old != ours
 
 
-def test_tied_weights_share_one_matrix_counted_once():
-    untied = gpt.GPT(gpt.GPTShape(**SHAPE))
-    tied = gpt.GPT(gpt.GPTShape(**SHAPE, tie_weights=True))
-    assert tied.lm_head.weight is tied.token_embedding.weight
-    count = [sum(p.numel() for p in m.parameters()) for m in (untied, tied)]
-    assert count[0] - count[1] == SHAPE["vocab_size"] * SHAPE["n_embd"]
-    groups = tied.optimizer_groups(0.1)
-    grouped = [id(p) for group in groups for p in group["params"]]
-    assert sorted(grouped) == sorted(id(p) for p in tied.parameters())  # each once
-    assert any(p is tied.lm_head.weight for p in groups[0]["params"])  # decayed: a matrix
-    torch.optim.AdamW(groups)  # accepts them (a parameter in two groups raises)
-
-
 def test_tf32_is_set_through_the_api_its_getter_reads():
-    """The per-backend flag (`torch.backends.cuda.matmul.fp32_precision = "tf32"`) made
-    `torch.get_float32_matmul_precision()` raise, and torch.compile calls it. The flag
-    can be set and read without a GPU."""
+    """torch.compile calls `torch.get_float32_matmul_precision()`, which the per-backend
+    flag makes raise. The flag can be set and read without a GPU."""
     try:
         precision.allow_tf32(torch.device("cuda"))
         assert torch.get_float32_matmul_precision() == "high"
@@ -95,8 +72,7 @@ def test_auto_on_a_cpu_is_float32_and_a_setting_is_taken_as_it_is():
 def test_auto_on_gpus_takes_bf16_only_where_every_rank_has_it_else_fp16_with_scaling(
     monkeypatch, here, other, chosen
 ):
-    """A job of two GPU models (a mixed allocation), faked: this rank's GPU answers
-    `here`, rank 1's `other`. Every rank must end in the same precision."""
+    """A mixed allocation, faked: this rank's GPU answers `here`, rank 1's `other`."""
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation: here)
     monkeypatch.setattr(dist, "get_world_size", lambda: 2)
 
@@ -113,10 +89,8 @@ def test_auto_on_gpus_takes_bf16_only_where_every_rank_has_it_else_fp16_with_sca
 
 
 def test_a_snapshot_of_another_text_or_other_settings_is_refused_in_one_line():
-    """Compared: the settings config.shaping_settings keeps, the model's and the
-    optimizer's among them, and the precision. (main.py turns a SnapshotError into one
-    line from rank 0: tests/test_05_training.py; the notebook relaunches a finished run
-    with another trainer.max_steps.)"""
+    """Compared: config.shaping_settings (the model's and the optimizer's among them) and
+    the precision. (A finished run relaunched with another trainer.max_steps: the notebook.)"""
     path = REPO / "snapshot.pt"  # only named in the messages
 
     def settings(amp: str, *overrides: str) -> dict:
@@ -138,8 +112,7 @@ def test_a_snapshot_of_another_text_or_other_settings_is_refused_in_one_line():
 
 
 def plan(*overrides: str):
-    """The config with 5 warm-up steps and `overrides`, and its plan for 1000 windows:
-    15 steps of 64 per epoch, 3 epochs."""
+    """The config, 5 warm-up steps, `overrides`: its plan for 1000 windows (15 x 64, 3 epochs)."""
     overrides = ["optimizer.warmup_steps=5", *overrides]
     config = lesson_config.load_config(CONFIG, overrides)
     return config, schedule.count_steps(config, 1000)
@@ -172,8 +145,7 @@ def test_a_fresh_run_starts_an_empty_metrics_file(tmp_path):
 
 
 def test_an_interval_whose_fp16_steps_all_overflowed_writes_strict_json(monkeypatch):
-    """Every step of the interval skipped (its gradient norm inf): no finite norm to
-    average. Its metrics line must still parse as JSON, which has no `Infinity`."""
+    """No finite gradient norm to average: the line must still parse as JSON (no Infinity)."""
     monkeypatch.setattr(dist, "all_reduce", lambda tensor: tensor)  # a world of 1
     steps = interval.Interval(torch.device("cpu"))
     for _ in range(3):

@@ -1,9 +1,6 @@
-"""Lesson 05 under torchrun: a run whose worker is killed from outside, or asked to stop
-by a signal, mid-epoch, ends with exactly the weights of a run that never stopped, and
-no repeated metrics rows, also when the stopped run resumes on two nodes of which one
-sees no snapshot; the validation loss is the mean over every rank's shard; a snapshot
-path under a file, or a global batch that does not divide among the processes, is
-refused in one line; and tokens/s count training time only (validation excluded)."""
+"""Lesson 05 under torchrun: a run killed or stopped mid-epoch ends with exactly the weights
+of one that never stopped (also resumed on two nodes, one without a snapshot); validation
+is over the whole set; bad settings are refused in one line; tokens/s count training."""
 
 import json
 import math
@@ -27,11 +24,9 @@ MAIN = REPO / "05_mingpt" / "main.py"
 char_dataset = lesson_module("05_mingpt", "char_dataset")
 gpt = lesson_module("05_mingpt", "model")
 
-# A tiny model on a short text: a global batch of 16 (2 processes x 2 micro-batches x 4:
-# a resume skips 2 micro-batches per step done), seconds a run; STEPS_PER_EPOCH below.
-# Dropout is on so that the resume must restore every rank's random stream to replay
-# exactly, and mixed precision is bf16. Validation every 15 steps falls inside the
-# progress intervals of 10; a snapshot every 10 steps.
+# A tiny model, seconds a run: a global batch of 16 (2 processes x 2 micro-batches x 4),
+# dropout on (a resume must restore every rank's random stream), bf16; validations fall
+# inside the progress intervals.
 TINY = (
     "model.n_layer=2 model.n_head=2 model.n_embd=32 model.dropout=0.1 data.block_size=32 "
     "trainer.global_batch_size=16 trainer.batch_size=4 trainer.max_epochs=2 "
@@ -51,16 +46,10 @@ def write_text(folder):
     return path
 
 
-def steps_per_epoch() -> int:
-    """Global batches in one epoch of the tiny run's text, as main.py counts them."""
-    with tempfile.TemporaryDirectory() as folder:
-        _, train_set, _, _ = char_dataset.build_datasets(
-            str(write_text(Path(folder))), 32, 0.1, 1337
-        )
-    return len(train_set) // 16
-
-
-STEPS_PER_EPOCH = steps_per_epoch()
+with tempfile.TemporaryDirectory() as scratch:  # global batches an epoch, as main.py counts
+    STEPS_PER_EPOCH = (
+        len(char_dataset.build_datasets(str(write_text(Path(scratch))), 32, 0.1, 1337)[1]) // 16
+    )
 
 
 def train(folder, text):
@@ -76,6 +65,10 @@ def straight_run(tmp_path_factory):
     return made / "run", (made / "run" / "output.txt").read_text(), made / "text.txt"
 
 
+def records(folder) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
 def final_weights_equal(folders) -> list[dict]:
     """The final snapshots of `folders`: two finished runs with the same weights."""
     final = [torch.load(folder / "snapshot.pt") for folder in folders]
@@ -87,10 +80,8 @@ def final_weights_equal(folders) -> list[dict]:
 
 
 def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight_run, tmp_path):
-    """Rank 1 is SIGKILLed from outside, as the out-of-memory killer would, once rank 0
-    has printed a step of the second epoch past its first snapshot there (the ranks step
-    together: every step all-reduces). Wherever the kill lands, the restarted group
-    resumes from the last snapshot saved and ends with the uninterrupted run's weights."""
+    """Rank 1 SIGKILLed from outside (as the out-of-memory killer would) past a snapshot of
+    the second epoch: the restarted group resumes from the last one saved."""
     straight_folder, straight, text = straight_run
     crashed_folder = tmp_path / "crashed"
     crashed_folder.mkdir()
@@ -122,19 +113,12 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight
     sample = re.compile(r"^\[rank0\] \| .*$", re.MULTILINE)
     assert sample.findall(straight) == sample.findall(crashed) != []
 
-    # The metrics file has each step once (the rows the crashed attempt wrote after
-    # its last snapshot are gone), the same rows as the uninterrupted run's, and its
-    # clock counts training time across both attempts.
-    metrics = [
-        [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-        for folder in (straight_folder, crashed_folder)
-    ]
+    # The metrics file has each step once, the uninterrupted run's rows.
+    metrics = [records(folder) for folder in (straight_folder, crashed_folder)]
     for kind in ("train", "val"):
         rows = [[(r["step"], r["loss"]) for r in m if r["kind"] == kind] for m in metrics]
         assert rows[0] == rows[1] and len(rows[0]) == len(set(rows[0])), kind
-    # The clock goes on from the snapshot's: rows of both attempts, in rising order (a
-    # clock started again at the resume would fall at the first row after it). Not
-    # compared with the other run's time: that depends on the machine's load.
+    # Its clock goes on from the snapshot's: rising across both attempts.
     train_rows = [r for r in metrics[1] if r["kind"] == "train"]
     seconds = [r["seconds"] for r in train_rows]
     around = {last_save - SAVE_EVERY_STEPS, last_save, min(last_save + 10, 2 * STEPS_PER_EPOCH)}
@@ -153,9 +137,7 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
             return model(inputs, targets)[1].item()
 
-    # And the model learns: from the loss of a uniform guess, ln(vocabulary), the
-    # validation loss falls every epoch, to well below it. (Lesson 05's notebook shows
-    # the full-size run; this proves it at tiny size, far from any time limit.)
+    # It learns: from a uniform guess's ln(vocabulary), the loss falls every epoch.
     epochs = [float(loss) for _, loss in VALIDATION.findall(straight)]
     assert epochs == sorted(epochs, reverse=True) and len(set(epochs)) == 2, epochs
     assert epochs[-1] < 0.75 * math.log(vocabulary.vocab_size), epochs  # measured: 2.95 < 3.37
@@ -168,14 +150,10 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight
 def test_a_stopped_run_saves_the_step_it_stopped_at_and_resumes_exactly_on_two_nodes(
     straight_run, tmp_path
 ):
-    """As a cluster asks (lesson 03, part 3): SIGUSR1 to rank 1 alone, mid-epoch. The
-    worker is suspended while it is signalled, so it trains no step between the signal and
-    the hold; the steps between rank 0's line and the hold (reading it takes time on a busy
-    machine) are the margin the step's bounds allow (not by construction).
-    The run then resumes on two nodes of one process each whose snapshot paths are not
-    shared: one node has the stopped run's snapshot, the other none. As in lesson 04,
-    every rank resumes from the newest any rank sees (a rank training from scratch beside
-    it would be a silently wrong run), and the run ends with the uninterrupted weights."""
+    """SIGUSR1 to rank 1 alone, mid-epoch, as a cluster asks (lesson 03, part 3); rank 1 is
+    suspended meanwhile, the step's bounds allow for reading rank 0's line late. Then two
+    nodes, only one with the snapshot: every rank resumes from the newest any rank sees
+    (as in lesson 04), not from scratch beside it."""
     straight_folder, _, text = straight_run
     nodes = [tmp_path / "node_a", tmp_path / "node_b"]
     for node in nodes:
@@ -209,46 +187,39 @@ def test_a_stopped_run_saves_the_step_it_stopped_at_and_resumes_exactly_on_two_n
     assert seen.group(1 + int(seen.group(3))) == f"step {step}"  # the rank that sees it
     for rank in (0, 1):
         assert f"[rank{rank}] resuming from snapshot snapshot.pt: 0 epochs, {step} steps" in output
-    # Global rank 0 alone saves, on whichever node it ran; the other node's snapshot, if
-    # any, is the stopped run's.
+    # Global rank 0 alone saves, wherever it ran; another snapshot is the stopped run's.
     saved = [n for n in nodes if (n / "snapshot.pt").exists()]
     last = [n for n in saved if torch.load(n / "snapshot.pt")["step"] != step]
     assert len(last) == 1, saved
     final_weights_equal([straight_folder, last[0]])
 
 
-def refused(folder, settings: str, text: str) -> str:
-    """The one line main.py, launched with `settings` in `folder`, refuses them with:
-    from rank 0 only, no traceback."""
-    output = run(f"{TORCHRUN} {MAIN} {settings}", cwd=folder, quiet=True, expect_failure=True)
-    lines = [line for line in output.splitlines() if text in line]
-    assert len(lines) == 1, output  # from rank 0 only
-    assert lines[0].startswith("main.py: ") and "launch it as: torchrun" in lines[0]
-    assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output
-    return lines[0]
-
-
-def test_a_snapshot_path_under_a_file_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+    "settings, found, message",
+    [  # a snapshot path under a file; a global batch, once the world size is known
+        ("trainer.snapshot_path=runs/s.pt", "cannot keep snapshots",
+         "main.py: cannot keep snapshots at runs/s.pt: runs is a file; point"),
+        ("trainer.global_batch_size=15", "does not divide",
+         "main.py: trainer.global_batch_size=15 does not divide among 2 processes: use a"),
+    ],
+)  # fmt: skip
+def test_settings_that_cannot_run_are_refused_in_one_line_from_rank_0(
+    tmp_path, settings, found, message
+):
     (tmp_path / "runs").write_text("a file where the snapshot's folder should be")
-    line = refused(tmp_path, "trainer.snapshot_path=runs/s.pt", "cannot keep snapshots")
-    assert line.startswith("main.py: cannot keep snapshots at runs/s.pt: runs is a file; point")
-
-
-def test_a_global_batch_that_does_not_divide_among_the_processes_is_refused(tmp_path):
-    """Checked once the world size is known. (The notebook checks that a finished run
-    says so, and that trainer.max_steps stops mid-epoch with a validation and a
-    snapshot; test_scripts, that a warm-up as long as the run is refused.)"""
-    line = refused(tmp_path, "trainer.global_batch_size=15", "does not divide")
-    assert "trainer.global_batch_size=15 does not divide among 2 processes: use a multiple" in line
+    output = run(f"{TORCHRUN} {MAIN} {settings}", cwd=tmp_path, quiet=True, expect_failure=True)
+    lines = [line for line in output.splitlines() if found in line]
+    assert len(lines) == 1, output  # from rank 0 only
+    assert lines[0].startswith(message) and "launch it as: torchrun" in lines[0]
+    assert "[rank0]: Traceback" not in output and "[rank1]: Traceback" not in output
 
 
 def test_each_progress_line_counts_its_steps_over_training_time_only(straight_run):
     """tokens/s of an interval = its steps x tokens per step / its training seconds, also
     when a validation falls inside it (the cumulative `seconds` leaves validation out)."""
-    folder, _, _ = straight_run
-    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    train = [record for record in records if record["kind"] == "train"]
-    validated = {record["step"] for record in records if record["kind"] == "val"}
+    rows = records(straight_run[0])
+    train = [row for row in rows if row["kind"] == "train"]
+    validated = {row["step"] for row in rows if row["kind"] == "val"}
     pairs = [(a, b) for a, b in pairwise(train) if a["epoch"] == b["epoch"]]
     # A validation at step s runs after step s's progress line: inside the next interval.
     inside = [b for a, b in pairs if any(a["step"] <= step < b["step"] for step in validated)]

@@ -1,9 +1,5 @@
-"""Lesson 01: the hand-written ring all-reduce over a real gloo world of CPU processes.
-
-One set of 4 processes (conftest's `spawn`): a world of 4, then its ranks 0-2 as a world
-of 3 and 0-1 as a world of 2, each on a free port; every check runs inside them, and a
-failing check fails the test with its traceback.
-"""
+"""Lesson 01's hand-written ring all-reduce (`common/ring.py`) in real gloo worlds of 4, 3
+and 2 CPU processes, against `dist.all_reduce` and the bytes it should send."""
 
 import torch
 import torch.distributed as dist
@@ -13,10 +9,6 @@ from common.ports import free_port
 from common.ring import chunk_bounds, ring_all_reduce, ring_all_reduce_straightforward
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
-
-
-def awkward_sizes(world_size):
-    return sorted({1, world_size - 1, world_size, world_size + 1, 2 * world_size + 1, 1000, 4099})
 
 
 def chunk_sizes(numel, world_size):
@@ -35,23 +27,21 @@ def check_world(rank, world_size, port):
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
     )
-    sent_bytes = []
-    real_batch = dist.batch_isend_irecv
+    sent_bytes, real_batch = [], dist.batch_isend_irecv
 
-    def counting_batch(operations):
+    def counting_batch(operations):  # what really goes out, not what the ring reports
         sent = [op.tensor for op in operations if op.op is dist.isend]
         sent_bytes.extend(tensor.numel() * tensor.element_size() for tensor in sent)
         return real_batch(operations)
 
-    # Count what really goes out, not what the ring reports.
     dist.batch_isend_irecv = counting_batch
     try:
         seed = everyone_sent = everyone_should = 0
-        # The sums of every dtype and size at 2 and 4 ranks: 01_theory's check cell
-        # (ring_allreduce.py's own check, with its tolerances). Here: the exact (integer)
-        # sums, at 3 ranks too, and the bytes that go out for them.
+        # Every dtype's sums at 2 and 4 ranks, within tolerances: 01_theory's check cell.
+        # Here: the exact (integer) sums, at 3 ranks too, and the bytes sent for each.
         for dtype in DTYPES:
-            sizes = awkward_sizes(world_size)
+            sizes = sorted({1, world_size - 1, world_size, world_size + 1, 2 * world_size + 1,
+                            1000, 4099})  # fmt: skip
             if dtype not in (torch.float32, torch.int64):  # fewer sizes: keep the test quick
                 sizes = [1, world_size + 1, 1000]
             for numel in sizes:
@@ -83,10 +73,8 @@ def check_world(rank, world_size, port):
         dist.all_reduce(total)
         assert total.item() == everyone_should
 
-        # Chunks in pieces (1 MB by default on the CPU, too big for the sizes above):
-        # the sum exact, every piece within the limit (100 bytes: 12 int64), each chunk
-        # in as many pieces as it has room for (some left empty, and not sent, when a
-        # chunk is short: 41 and 2N + 1 elements in 1-element pieces).
+        # Chunks in pieces (1 MB by default, too big above): every piece within the limit
+        # (100 bytes: 12 int64), a chunk in as many as it fills (empty ones not sent).
         for numel, piece_bytes in ((99, 64), (99, 100), (41, 8), (2 * world_size + 1, 8)):
             seed += 1
             mine = data(rank, numel, torch.int64, seed)
@@ -119,8 +107,8 @@ def check_world(rank, world_size, port):
 
 
 def check_worlds(rank, ports):
-    """The world of 4, then its ranks 0-2 as a world of 3 (unequal chunks at the large
-    sizes too), then ranks 0 and 1 as a world of 2 (left == right): one process start."""
+    """The world of 4, then ranks 0-2 as a world of 3 (unequal chunks at the large sizes
+    too), then 0-1 as a world of 2 (left == right): one start of 4 processes."""
     for world_size, port in zip((4, 3, 2), ports, strict=True):
         if rank < world_size:
             check_world(rank, world_size, port)
