@@ -1,11 +1,7 @@
-"""Lesson 05 under Slurm: `slurm/sbatch_run.sh`, unchanged, trains main.py on lesson
-04's real two-node Slurm cluster on this machine (one torchrun agent per node, with the
-one process per node that NPROC_PER_NODE asks for), survives a worker killed from
-outside, and refuses a wrong submit folder in one line. (Its default of two processes
-per node on CPUs, and one per GPU: tests/test_04_slurm_gpus.py.)
-
-The cluster needs root and Debian's Slurm packages (installed with apt-get when they
-are missing and we are root); without them the cluster test skips and says why."""
+"""Lesson 05 under Slurm: `slurm/sbatch_run.sh`, unchanged, trains main.py on lesson 04's
+two-node Slurm cluster on this machine (root and Debian's Slurm packages, else it skips),
+survives a worker killed from outside, and refuses a wrong submit folder in one line.
+(Its processes per node by default: tests/test_04_slurm_gpus.py.)"""
 
 import json
 import math
@@ -13,6 +9,8 @@ import re
 import shutil
 import signal
 import subprocess
+import time
+from pathlib import Path
 
 import psutil
 import torch
@@ -26,13 +24,11 @@ SBATCH = LESSON / "slurm" / "sbatch_run.sh"
 
 char_dataset = lesson_module("05_mingpt", "char_dataset")
 
-# A tiny model on a short text, two epochs of 21 steps (a global batch of 2 processes x
-# 2 micro-batches x 8 sequences): the job trains in seconds.
+# A tiny model on a short text (2 processes x 2 micro-batches x 8): seconds a job.
 TINY = (
     "model.n_layer=2 model.n_head=2 model.n_embd=32 data.block_size=32 trainer.batch_size=8 "
-    "trainer.global_batch_size=32 "
-    "trainer.max_epochs=2 trainer.log_every=5 trainer.eval_every=1000 trainer.sample_chars=40 "
-    "optimizer.warmup_steps=5"
+    "trainer.global_batch_size=32 trainer.max_epochs=2 trainer.log_every=5 "
+    "trainer.eval_every=1000 trainer.sample_chars=40 optimizer.warmup_steps=5"
 )
 # torchrun's agent logs (LOGLEVEL=INFO) what each rendezvous gave it, a field a line.
 AGENT_FIELD = re.compile(r"^I\S+ \S+ (\d+) \S+api\.py:\d+\]\s+(\w+)=(.*)$", re.MULTILINE)
@@ -50,10 +46,9 @@ def rendezvous_results(output):
     return results
 
 
-def kill_worker(job_id: int, rank: int) -> int:
-    """SIGKILL the worker of global rank `rank` in Slurm job `job_id`, as the
-    out-of-memory killer would; returns its pid. A worker is known by the RANK its agent
-    gave it (its data loaders inherit it: the one whose parent is not of that rank)."""
+def worker_of_rank(job_id: int, rank: int) -> psutil.Process:
+    """The worker of global rank `rank` in Slurm job `job_id`: the process of that RANK
+    whose parent is not (its data loaders inherit RANK)."""
     of_rank = {}
     for proc in psutil.process_iter():
         try:
@@ -64,26 +59,31 @@ def kill_worker(job_id: int, rank: int) -> int:
             pass  # not ours to read, or ended meanwhile
     workers = [proc for proc in of_rank.values() if proc.ppid() not in of_rank]
     assert len(workers) == 1, workers
-    workers[0].send_signal(signal.SIGKILL)
-    return workers[0].pid
+    return workers[0]
+
+
+def wait_for_line(path: Path, pattern: str, timeout: float) -> None:
+    """Read the job's output file every 10 ms until a line matches `pattern`: an epoch
+    here lasts about half a second, less than one poll of Slurm's controller takes."""
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, path.read_text(errors="replace"), re.M):
+        assert time.monotonic() < deadline, f"no line matches {pattern!r}"
+        time.sleep(0.01)
 
 
 def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     slurm_installed, tmp_path
 ):
-    # The lesson's files in a folder of their own: the job writes its snapshot, metrics
-    # and output file into the folder it is submitted from.
+    # The lesson's files in a folder of their own: the job writes where it is submitted.
     lesson = tmp_path / "05_mingpt"
     ignored = shutil.ignore_patterns("*.ipynb", "*.pt", "*.jsonl", "*.out", "__pycache__")
     shutil.copytree(LESSON, lesson, ignore=ignored)
     text, _ = char_dataset.load_text(None)
     data = tmp_path / "text.txt"
     data.write_text(text[:24_000], encoding="utf-8")
-    # Rank 1, node 2's worker, is killed from outside in the second epoch. Its node's
-    # torchrun restarts the group (--max-restarts=1 in the script), the other node's
-    # follows, and both ranks resume from rank 0's snapshot of the first epoch. Without a
-    # fresh rendezvous store per round (see the script) the new workers dial the dead
-    # ones' addresses and the job hangs.
+    # Rank 1 (node 2) is killed in the second epoch: both nodes' torchruns restart the
+    # group and resume from the first epoch's snapshot (a rendezvous store per round, or
+    # the new workers dial the dead ones and hang).
     port = free_port()  # reserved: the script's own pick could be taken before the bind
     _, train_set, _, _ = char_dataset.build_datasets(str(data), 32, 0.1, 1337)
     steps = len(train_set) // 32  # windows per epoch over the global batch
@@ -93,9 +93,13 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
             SBATCH, "--data", str(data), *TINY.split(), cwd=lesson, show=True,
             options=["--gpus-per-node=0", exported],
         )  # fmt: skip
-        # The second epoch's first progress line (every 5 steps), before its end.
-        cluster.wait_for_line(job_id, rf"^\[rank0\] epoch 2/2 step \d+/{2 * steps} ", 240)
-        kill_worker(job_id, rank=1)
+        # Rank 1's worker found while the first epoch trains, and killed at the second
+        # epoch's first progress line (every 5 steps), 17 steps before its end.
+        cluster.wait_for_line(job_id, rf"^\[rank0\] epoch 1/2 step \d+/{2 * steps} ", 240)
+        rank1 = worker_of_rank(job_id, rank=1)
+        output_file = Path(cluster.job(job_id)["StdOut"])
+        wait_for_line(output_file, rf"^\[rank0\] epoch 2/2 step \d+/{2 * steps} ", 120)
+        rank1.send_signal(signal.SIGKILL)
         job, output = cluster.wait(job_id, timeout=240)
     assert job["JobState"] == "COMPLETED", output
 
@@ -105,8 +109,7 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
         output,
         re.M,
     ), output
-    # Two agents, one per node, each starting one worker: ranks 0 and 1 of two, in the
-    # first attempt and again after the restart.
+    # An agent per node, each starting one worker, ranks 0 and 1 of 2, in both attempts.
     assert output.count("world of 2 on cpu (gloo)") == 2, output
     results = rendezvous_results(output)
     assert len(results) == 2 and all(len(rounds) == 2 for rounds in results.values()), results
@@ -116,8 +119,7 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
             for r in (rounds[round_] for rounds in results.values())
         )
         assert layout == [("0", "[0]", "[0]", "[2]"), ("1", "[0]", "[1]", "[2]")], results
-    # The workers' MASTER_ADDR is node 0's address as Slurm knows it (--local-addr from
-    # NodeAddr), not its hostname's FQDN, which another node need not resolve.
+    # MASTER_ADDR is node 0's NodeAddr, not an FQDN another node need not resolve.
     masters = {r["master_addr"] for rounds in results.values() for r in rounds}
     assert masters == {"127.0.0.1"}, results
 
