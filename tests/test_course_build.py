@@ -1,8 +1,7 @@
 """The build: how the site shows the notebooks (a page per notebook with its run, deck and
 scripts; a page per script). The build's kernels: test_course_kernels.py. Sphinx's build
-of the whole site, and the site in a browser: test_course_site.py."""
+of the whole site, its animations and decks, and the site in a browser: test_course_site.py."""
 
-import json
 import os
 import re
 import sys
@@ -13,41 +12,18 @@ from conftest import REPO
 
 from course import build, site, slides
 from course.build import lesson_notebooks
-from course.slides import to_slides
 
 
-def test_lessons_are_found_in_course_order():
-    # The course map: lesson by lesson, part 1 before part 2.
-    assert [notebook.stem for notebook in lesson_notebooks([])] == [
-        "00_intro",
-        "01_theory",
-        "01_theory_at_scale",
-        "02_multigpu",
-        "02_multigpu_topics",
-        "02_multigpu_wrapper_options",
-        "03_fault_tolerance",
-        "03_fault_tolerance_elastic",
-        "03_fault_tolerance_preemption",
-        "04_multinode",
-        "04_multinode_hangs",
-        "05_mingpt",
-    ]
-    assert [notebook.stem for notebook in lesson_notebooks(["03_fault_tolerance"])] == [
-        "03_fault_tolerance",
-        "03_fault_tolerance_elastic",
-        "03_fault_tolerance_preemption",
-    ]
+def test_a_lesson_is_chosen_by_its_folder_with_all_its_parts():
+    # The course order of all the notebooks: the README's lessons table (test_repo_workshop).
+    lesson = "03_fault_tolerance"
+    chosen = [notebook.stem for notebook in lesson_notebooks([lesson])]
+    assert chosen == [lesson, f"{lesson}_elastic", f"{lesson}_preemption"]
 
 
 def test_a_page_says_how_its_notebook_ran():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title")])
-    run = {
-        "ok": False,
-        "seconds": 61.4,
-        "date": "2026-11-25",
-        "torch": "2.14.1",
-        "python": "3.11.7",
-    }
+    run = dict(ok=False, seconds=61.4, date="2026-11-25", torch="2.14.1", python="3.11.7")
     nb.metadata["course_build"] = run
     assert site.run_line(nb) == (
         "**Failed** when executed on 2026-11-25 in 61 s, with PyTorch 2.14.1 and Python 3.11.7"
@@ -65,35 +41,6 @@ def test_a_script_page_shows_the_whole_file_highlighted():
     assert (REPO / script).read_text().rstrip() in page
     # A file with a fence of its own inside keeps it: the page's fence is longer.
     assert site.fenced("a\n```\nb", "text").startswith("````{code-block} text")
-
-
-def test_animations_are_rendered_without_their_cdn_icons():
-    # matplotlib's to_jshtml links Font Awesome from a CDN for its buttons.
-    import matplotlib
-
-    matplotlib.use("Agg")  # no screen
-    import matplotlib.pyplot as plt
-    from matplotlib.animation import FuncAnimation
-
-    fig, ax = plt.subplots()
-    animation = FuncAnimation(fig, lambda i: ax.set_title(str(i)), frames=2)
-    jshtml = animation.to_jshtml()
-    plt.close(fig)
-    assert "font-awesome" in jshtml  # what the build has to undo
-    nb = nbformat.v4.new_notebook()
-    nb.cells.append(nbformat.v4.new_markdown_cell("# An animation"))
-    nb.cells.append(nbformat.v4.new_code_cell("animation"))
-    nb.cells[1].outputs = [
-        nbformat.v4.new_output("display_data", data={"text/html": jshtml, "text/plain": ""})
-    ]
-
-    deck = to_slides(nbformat.reads(json.dumps(nb), as_version=4))
-    page = site.lesson_page(nb, Path("00_intro/00_intro.ipynb"), [])
-
-    assert 'class=\\"anim-buttons\\"' in page  # the animation is there (JSON-escaped)
-    assert "font-awesome" not in page  # the site's own style sheet draws the icons
-    assert 'class="anim-buttons"' in deck and "font-awesome" not in deck
-    assert ".anim-buttons .fa-play::before" in deck  # its icons, drawn without the font
 
 
 def test_a_warning_from_sphinx_fails_the_site(tmp_path, monkeypatch):

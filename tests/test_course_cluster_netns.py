@@ -1,8 +1,6 @@
-"""Lesson 04: two hosts with their own addresses (network namespaces joined by a veth
-pair). The hosts have no route out, and nothing is left behind, even after an error: no
-namespace, no interface, no file, no process. (The classic failure, gloo on the
-loopback address its hostname resolves to, and its fix, GLOO_SOCKET_IFNAME, are run
-and checked by lesson 04's notebook.)"""
+"""Lesson 04's two hosts (network namespaces joined by a veth pair): no route out, and
+nothing left behind even after an error. (gloo on the loopback address its hostname
+resolves to, and the fix, GLOO_SOCKET_IFNAME, are checked by lesson 04's notebook.)"""
 
 import subprocess
 

@@ -1,13 +1,8 @@
-"""Lesson 04: a real two-node Slurm cluster on this machine reports a failed job as a
-failure, refuses a wrong folder in one line, shows the sbatch command exactly as it
-ran it, and leaves no daemon, job process or folder behind, even when a job is still
-running at the end. (The lesson's sbatch script training on two nodes is run and
-checked by the notebook itself.)
+"""Lesson 04's local two-node Slurm cluster: a failed job is a failure, a wrong folder is
+refused in one line, the sbatch command is shown as it ran, and no daemon, job process or
+folder is left behind, even with a job still running (the lesson's own sbatch training is
+checked by its notebook). Slurm: `python3 -m course.system_packages slurm`."""
 
-Slurm comes from `python3 -m course.system_packages` (CI runs it as root first);
-without it these tests skip and say why, or fail under COURSE_STRICT=1."""
-
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -16,7 +11,6 @@ import pytest
 from conftest import REPO, is_gone
 
 from common.launch import CommandFailed
-from course import system_packages
 from course.cluster import slurm
 
 SBATCH = REPO / "04_multinode" / "slurm" / "multinode.sbatch"
@@ -25,6 +19,8 @@ JOBS = {  # each a job of two nodes, as a learner would write it
     "tmp.sbatch": "srun bash -c 'echo \"tmp=$TMPDIR\"'\n",
     "forever.sbatch": "#SBATCH --ntasks-per-node=1\n"
     "srun bash -c 'echo task pid=$$ on $SLURMD_NODENAME; exec sleep 600'\n",
+    "where.sbatch": 'echo "in $PWD, submitted from $SLURM_SUBMIT_DIR, '
+    'GREETING=$GREETING, args: $*"\n',
 }
 
 
@@ -51,7 +47,26 @@ def test_one_cluster_runs_jobs_as_shown_and_leaves_nothing_behind(
         (job_tmp,) = folders
         assert job_tmp.name == "tmp" and job_tmp.parent.name.startswith("ddp-slurm-"), output
 
-        shown_as_ran(cluster, tmp_path, capsys)
+        # The command shown carries what sbatch really got (--chdir, --export) and the
+        # submit folder: typed into a shell, it submits the very same job.
+        submit, work = tmp_path / "submit", tmp_path / "work"
+        submit.mkdir()
+        work.mkdir()
+        where = (tmp_path / "where.sbatch").rename(submit / "where.sbatch")  # from JOBS
+        ran = f"in {work}, submitted from {submit}, GREETING=hello, args: one two"
+        capsys.readouterr()  # what the jobs before showed
+        hello = {"GREETING": "hello"}
+        output = cluster.run_job(where, "one two", cwd=submit, workdir=work, export=hello)
+        shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
+        assert shown == [
+            f"$ cd {submit} && sbatch --parsable --chdir={work} --export=ALL,GREETING=hello "
+            "where.sbatch 'one two'"
+        ]
+        assert ran in output
+        command = ["bash", "-c", shown[0].removeprefix("$ ")]
+        typed = subprocess.check_output(command, env=cluster.env, text=True, timeout=30)
+        _, again = cluster.wait(int(typed), timeout=60, show=False)
+        assert ran in again
 
         folder = cluster.folder
         daemons = cluster.pids()
@@ -68,51 +83,3 @@ def test_one_cluster_runs_jobs_as_shown_and_leaves_nothing_behind(
         assert len(cluster.step_daemon_pids()) >= 3
     assert not folder.exists() and not job_tmp.exists()
     assert all(is_gone(pid) for pid in in_flight), [p for p in in_flight if not is_gone(p)]
-
-
-def shown_as_ran(cluster, tmp_path, capsys) -> None:
-    """What run_job shows carries the options sbatch really got (--chdir, --export) and
-    the submit folder: typed into a shell, the line submits the very same job."""
-    submit, work = tmp_path / "submit", tmp_path / "work"
-    submit.mkdir()
-    work.mkdir()
-    (submit / "where.sbatch").write_text(
-        "#!/bin/bash\n#SBATCH --nodes=1\n"
-        'echo "in $PWD, submitted from $SLURM_SUBMIT_DIR, GREETING=$GREETING, args: $*"\n'
-    )
-    ran = f"in {work}, submitted from {submit}, GREETING=hello, args: one two"
-    capsys.readouterr()  # what the jobs before showed
-    output = cluster.run_job(
-        submit / "where.sbatch", "one two", cwd=submit, workdir=work, export={"GREETING": "hello"}
-    )
-    shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("$ ")]
-    assert shown == [
-        f"$ cd {submit} && sbatch --parsable --chdir={work} --export=ALL,GREETING=hello "
-        "where.sbatch 'one two'"
-    ]
-    assert ran in output
-    typed = subprocess.run(
-        ["bash", "-c", shown[0].removeprefix("$ ")],
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    _, again = cluster.wait(int(typed.stdout), timeout=60, show=False)
-    assert ran in again
-
-
-def test_without_root_it_says_why(monkeypatch):
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    reason = slurm.why_unavailable()
-    assert reason.startswith("a local Slurm cluster needs root")
-
-
-def test_missing_programs_are_named(monkeypatch):
-    monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(system_packages, "program", lambda name: None if name == "slurmd" else "/x")
-    assert slurm.why_unavailable() == (
-        "Slurm is not installed (slurmd not found); install it with "
-        "`sudo python3 -m course.system_packages slurm`"
-    )

@@ -29,12 +29,8 @@ EXERCISES = [
 
 
 @pytest.mark.parametrize("lesson, name, function", EXERCISES)
-def test_the_solution_passes_its_check(lesson, name, function):
+def test_the_solution_passes_and_the_untouched_exercise_is_not_attempted(lesson, name, function):
     assert evaluate(lesson, name, solution_path(lesson, name)).startswith("correct: ")
-
-
-@pytest.mark.parametrize("lesson, name, function", EXERCISES)
-def test_the_untouched_exercise_is_not_attempted(lesson, name, function):
     # Recognised from the text (an exercise's world is not started to hear the raise).
     assert exercises.untouched(exercise_path(lesson, name)) == function
     assert exercises.untouched(solution_path(lesson, name)) is None
@@ -43,9 +39,8 @@ def test_the_untouched_exercise_is_not_attempted(lesson, name, function):
 
 
 def test_an_answer_that_may_return_runs_even_with_the_todo_left_below(tmp_path):
-    """A learner who wrote the answer above the TODO's raise and left the raise: the
-    answer runs in its world (and passes); without the `return`, it is not attempted,
-    said without starting a world."""
+    """An answer written above the TODO's raise runs in its world (and passes); without the
+    `return`, it is not attempted, said without starting a world."""
     todo = exercise_path("00_intro", "gather_pids").read_text()
     raise_line = next(line for line in todo.splitlines() if "raise NotImplementedError" in line)
     answer = "    gathered = [torch.zeros_like(mine) for _ in range(world_size)]\n"
@@ -93,7 +88,7 @@ def test_a_correct_variant_passes_its_check(lesson, name, variant, right, replac
     assert evaluate(lesson, name, answer).startswith("correct: ")
 
 
-def test_every_exercise_has_a_solution_a_test_and_a_check_cell():
+def test_every_exercise_has_a_check_cell_that_shows_its_solution():
     found = {
         (path.parent.parent.name, path.stem)
         for path in REPO.glob("*/exercises/*.py")
@@ -101,26 +96,22 @@ def test_every_exercise_has_a_solution_a_test_and_a_check_cell():
     }
     assert found == {(lesson, name) for lesson, name, _ in EXERCISES}
     for lesson, name, _ in EXERCISES:
-        assert exercise_path(lesson, name).is_file() and solution_path(lesson, name).is_file()
         # A lesson may have several notebooks; one of them holds the exercise.
-        code = [
+        code = "\n".join(
             "".join(cell["source"])
             for notebook in sorted((REPO / lesson).glob("*.ipynb"))
             for cell in json.loads(notebook.read_text())["cells"]
             if cell["cell_type"] == "code"
-        ]
-        call = f'exercises.check("{lesson}", "{name}")'
-        assert any(call in source for source in code), f"no notebook of {lesson} runs {call}"
-        solution = f'("exercises/solutions/{name}.py"'
-        assert any(solution in source for source in code), (
-            f"no notebook of {lesson} shows exercises/solutions/{name}.py"
         )
+        call = f'exercises.check("{lesson}", "{name}")'
+        assert call in code, f"no notebook of {lesson} runs {call}"
+        solution = f'("exercises/solutions/{name}.py"'
+        assert solution in code, f"no notebook of {lesson} shows exercises/solutions/{name}.py"
 
 
 def test_a_world_that_hangs_is_stopped_and_leaves_no_process(tmp_path):
-    """Rank 0 waits to receive from rank 1, which never sends (it is stuck outside any
-    collective): the check fails after its time limit, says why, and no process of the
-    world outlives it (rank 1 would sleep on: the check must end it)."""
+    """Rank 0 waits to receive from rank 1, which sleeps outside any collective: the check
+    fails after its time limit, says why, and ends every process of the world."""
     runner = tmp_path / "runner.py"
     runner.write_text(
         "import time\n\nimport torch\nimport torch.distributed as dist\n\n\n"
@@ -131,8 +122,7 @@ def test_a_world_that_hangs_is_stopped_and_leaves_no_process(tmp_path):
     )
     learner = tmp_path / "learner.py"
     learner.write_text("")
-    # Only the processes this world starts: others of this test worker are not ours, nor
-    # is the server its processes are forked from (it serves every world of this worker).
+    # Only the processes this world starts, not the fork server (it serves every world).
     exercises.forkserver()
     before = set(psutil.Process().children(recursive=True))
     with pytest.raises(AssertionError, match=r"(?s)failed on rank 0:.*Timed out"):

@@ -60,10 +60,9 @@ def test_a_notebook_is_listed_on_the_device_it_chooses(gpus, monkeypatch):
     assert gpu_mode.notebook_device(gpus, "cpu")("00_intro.ipynb") == "cpu"
 
 
-def test_a_run_that_says_it_needs_a_newer_pytorch_is_counted_as_such():
-    said = "sync_buffers.py (DDP's forward_sync_buffers) needs PyTorch 2.13 or newer; this is 2.11"
-    assert gpu_mode.outcome(True, f"...\n{said}\n...") == "needs PyTorch 2.13"
-    assert gpu_mode.outcome(True, "RuntimeError: NCCL error") == "FAILED"
+def test_a_run_that_ends_well_passes_whatever_it_printed():
+    # A failed run that says it needs a newer PyTorch: the reports' test below.
+    said = "x.py needs PyTorch 2.13 or newer; this is 2.11"
     assert gpu_mode.outcome(False, said) == "passed"  # exit 0 wins: nothing was refused
 
 
@@ -93,8 +92,8 @@ def test_the_command_runs_scripts_and_ends_with_the_table(tmp_path):
     # One launch of each kind the table shows: torchrun's 2 processes, and python's 1.
     two = ["--scripts", "hello_torchrun", "single_gpu", "--logs", str(tmp_path)]
     command = [PYTHON, "-m", "course.gpu_mode", "--device", "cpu", "--parts", "scripts", *two]
-    # torchrun's default for its error files is a new torchelastic_* folder in the
-    # temporary folder, never removed; run_once puts them in the launch's own folder.
+    # torchrun's error files go to a new torchelastic_* folder in $TMPDIR, never removed,
+    # unless run_once puts them in the launch's own folder.
     temp = tmp_path / "temp"
     temp.mkdir()
     environment = os.environ | {"TMPDIR": str(temp)}
@@ -109,8 +108,7 @@ def test_the_command_runs_scripts_and_ends_with_the_table(tmp_path):
     log = (tmp_path / "scripts.log").read_text()
     assert "all_reduce(SUM) of the ranks = 1 (expected 1)" in log  # they really ran
     assert (tmp_path / "table.txt").read_text().strip() == done.stdout.split("\n", 1)[1].strip()
-    # No torchrun folder left behind (torch's compile cache, torchinductor_<user>, is
-    # meant to stay).
+    # No torchrun folder left behind (torch's compile cache, torchinductor_*, may stay).
     assert [path for path in temp.iterdir() if "torchinductor" not in path.name] == []
 
 
@@ -127,9 +125,8 @@ def test_without_a_gpu_the_gpu_mode_says_so_in_one_line():
 
 
 def test_a_launch_past_its_time_limit_is_killed_with_every_process_it_started():
-    # A stand-in for torchrun: it starts a worker in a session of its own, as torchrun
-    # does (so neither the leader's process group nor its session holds it), with its
-    # output elsewhere, says its pid, and both would run on.
+    # A stand-in for torchrun: a worker in a session of its own, as torchrun starts one
+    # (neither the leader's process group nor its session holds it), its output elsewhere.
     leader = (
         "import subprocess, sys, time; "
         "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "

@@ -43,10 +43,8 @@ def seen_over_unix_sockets_in_this_python(record):
 
 def test_the_tests_kernels_use_unix_sockets(tmp_path):
     notebook = probe_notebook(tmp_path, tmp_path / "seen.json")
-    # The suite's own configuration (pyproject's addopts, which load the plugin), not the
-    # options a test would pass: what every notebook of the suite gets. `-n 0` only spares
-    # the two xdist workers a notebook of one cell does not need (the plugin is loaded the
-    # same in a worker and without one).
+    # The suite's own configuration (pyproject's addopts load the plugin): what every notebook
+    # of the suite gets. `-n 0` spares two xdist workers (the plugin loads the same in one).
     result = subprocess.run(
         [PYTHON, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path)]
         + ["-n", "0", notebook.name],

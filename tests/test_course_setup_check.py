@@ -45,18 +45,6 @@ def test_no_loopback_port_fails_with_the_fix(monkeypatch):
     assert "check that the loopback interface is up" in result.detail
 
 
-def test_any_failure_makes_the_exit_status_1(monkeypatch, capsys):
-    results = [
-        setup_check.Result("OK", "Python", "3.11"),
-        setup_check.Result("FAIL", "gloo backend", "no gloo; reinstall"),
-    ]
-    monkeypatch.setattr(setup_check, "all_checks", lambda: results)
-    assert setup_check.main() == 1
-    out = capsys.readouterr().out
-    assert "  FAIL  gloo backend           no gloo; reinstall" in out
-    assert "1 check(s) failed" in out
-
-
 def test_a_kernel_of_another_python_fails_with_the_fix(monkeypatch, tmp_path):
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 
@@ -69,11 +57,14 @@ def test_a_kernel_of_another_python_fails_with_the_fix(monkeypatch, tmp_path):
     assert "jupyter kernelspec remove python3" in result.detail
 
 
-def test_a_hostname_that_does_not_resolve_names_the_fix(monkeypatch):
+def test_a_hostname_that_resolves_is_ok_else_the_fix_is_named(monkeypatch):
+    monkeypatch.delenv("PET_LOCAL_ADDR", raising=False)
+    monkeypatch.setattr(socket, "getfqdn", lambda: "localhost")
+    assert setup_check.check_hostname().status == "OK"
+
     def unknown(*args, **kwargs):
         raise socket.gaierror(8, "nodename nor servname provided, or not known")
 
-    monkeypatch.delenv("PET_LOCAL_ADDR", raising=False)
     monkeypatch.setattr(socket, "getfqdn", lambda: "laptop.local")
     monkeypatch.setattr(socket, "getaddrinfo", unknown)
     result = setup_check.check_hostname()
@@ -83,12 +74,6 @@ def test_a_hostname_that_does_not_resolve_names_the_fix(monkeypatch):
         "notebooks do not need it, but torchrun --standalone in a terminal would hang; add "
         "--local-addr=127.0.0.1 to those commands, or map the name to 127.0.0.1 in /etc/hosts",
     )
-
-
-def test_a_hostname_that_resolves_is_ok(monkeypatch):
-    monkeypatch.delenv("PET_LOCAL_ADDR", raising=False)
-    monkeypatch.setattr(socket, "getfqdn", lambda: "localhost")
-    assert setup_check.check_hostname().status == "OK"
 
 
 def test_native_windows_fails_and_names_wsl2(monkeypatch):
@@ -111,7 +96,9 @@ def test_a_torch_without_libuv_fails_with_the_line_torch_gives(monkeypatch):
     assert result.status == "FAIL" and result.detail.startswith(said + "; torchrun cannot start")
 
 
-def test_a_gpu_that_torch_cannot_see_is_named(monkeypatch):
+def test_no_gpu_driver_says_nothing_and_a_gpu_torch_cannot_see_is_named(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert setup_check.check_gpu_driver() is None  # no driver: nothing more to say
     listed = subprocess.CompletedProcess([], 0, stdout="GPU 0: NVIDIA A100 (UUID: GPU-1)\n")
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: listed)
@@ -121,45 +108,32 @@ def test_a_gpu_that_torch_cannot_see_is_named(monkeypatch):
     assert f"nvidia-smi lists a GPU but this torch ({torch.__version__}, CUDA " in result.detail
 
 
-def test_no_gpu_driver_says_nothing_more(monkeypatch):
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    assert setup_check.check_gpu_driver() is None
-
-
-def fake_interfaces(monkeypatch, interfaces: dict[str, list[tuple[socket.AddressFamily, str]]]):
+def test_a_machine_on_a_network_is_told_what_a_job_exposes(monkeypatch):
     import psutil
 
-    # psutil's own tuple type moved between releases; the check reads these two fields.
-    listing = {
-        name: [SimpleNamespace(family=family, address=address) for family, address in found]
-        for name, found in interfaces.items()
-    }
-    monkeypatch.setattr(psutil, "net_if_addrs", lambda: listing)
+    def interfaces(found):
+        # psutil's own tuple type moved between releases; the check reads these two fields.
+        listing = {
+            name: [SimpleNamespace(family=family, address=address) for family, address in pairs]
+            for name, pairs in found.items()
+        }
+        monkeypatch.setattr(psutil, "net_if_addrs", lambda: listing)
 
-
-def test_a_machine_on_a_network_is_told_what_a_job_exposes(monkeypatch):
-    fake_interfaces(
-        monkeypatch,
-        {
-            "lo": [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")],
-            "wlan0": [
-                (socket.AF_PACKET, "aa:bb:cc:dd:ee:ff"),
-                (socket.AF_INET, "192.168.1.23"),
-                (socket.AF_INET6, "fe80::1%wlan0"),  # link-local: this link only
-            ],
-        },
-    )
+    loopback = [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]
+    interfaces({"lo": loopback})
+    assert setup_check.check_network().status == "OK"  # loopback only: nothing exposed
+    wlan0 = [
+        (socket.AF_PACKET, "aa:bb:cc:dd:ee:ff"),
+        (socket.AF_INET, "192.168.1.23"),
+        (socket.AF_INET6, "fe80::1%wlan0"),  # link-local: this link only
+    ]
+    interfaces({"lo": loopback, "wlan0": wlan0})
     result = setup_check.check_network()
     assert result.status == "NOTE"
     assert result.detail.startswith(
         "a running job's stores are reachable at 192.168.1.23 (wlan0): run the course on a "
         "network you trust"
     )
-
-
-def test_a_machine_with_loopback_only_exposes_nothing(monkeypatch):
-    fake_interfaces(monkeypatch, {"lo": [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")]})
-    assert setup_check.check_network().status == "OK"
 
 
 def test_on_one_gpu_the_torchrun_check_runs_its_two_processes_on_the_cpu(monkeypatch):
@@ -179,9 +153,20 @@ def test_on_one_gpu_the_torchrun_check_runs_its_two_processes_on_the_cpu(monkeyp
     assert devices == ["cpu", "cuda"]
 
 
-def test_the_ready_line_tells_root_to_allow_root(monkeypatch, capsys):
-    """Jupyter refuses to start as root without --allow-root (a container, say)."""
-    monkeypatch.setattr(setup_check, "all_checks", lambda: [setup_check.Result("OK", "x", "y")])
+def test_any_failure_makes_the_exit_status_1_else_the_ready_line_says_how_to_start(
+    monkeypatch, capsys
+):
+    results = [
+        setup_check.Result("OK", "Python", "3.11"),
+        setup_check.Result("FAIL", "gloo backend", "no gloo; reinstall"),
+    ]
+    monkeypatch.setattr(setup_check, "all_checks", lambda: results)
+    assert setup_check.main() == 1
+    out = capsys.readouterr().out
+    assert "  FAIL  gloo backend           no gloo; reinstall" in out
+    assert "1 check(s) failed" in out
+    # Jupyter refuses to start as root without --allow-root (a container, say).
+    monkeypatch.setattr(setup_check, "all_checks", lambda: results[:1])
     for uid, command in ((0, "jupyter lab --allow-root and"), (1000, "jupyter lab and")):
         monkeypatch.setattr(setup_check.os, "geteuid", lambda uid=uid: uid)
         assert setup_check.main() == 0

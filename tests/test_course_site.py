@@ -1,24 +1,11 @@
-"""The course site and decks, built by `course.build`'s Sphinx step and opened in a real
-headless browser (Debian's chromium).
-
-The site is built once here, from the lesson notebooks as committed (executing them is
-their nbmake tests' business, and takes ten minutes), except lesson 00: its executed
-notebook is one made here whose outputs stand for everything the lessons show (a
-matplotlib figure as PNG, HTML+JS from `to_jshtml` and 01's ring stepper, a table, printed
-text). Sphinx must build it without a single warning (a link to a missing page is one).
-In chromium, the pages a reader meets first are opened and every link on them followed:
-the home page, lesson 00's page and deck, a script page and its lesson's list of scripts,
-WORKSHOP, CONTRIBUTING and the reference pages, a lesson without outputs; and a search
-is run. `python -m course.browser_check` opens every page of a full build; run on a broken
-page, it fails it and exits 1. (A deck's steps and its speaker window:
-tests/test_course_slides_in_browser.py.)
-
-Chromium comes from `python3 -m course.system_packages` (CI runs it as root first);
-without it the browser tests skip and say why, or fail under COURSE_STRICT=1."""
+"""The course site, built by `course.build`'s Sphinx step without a warning, from the
+lesson notebooks as committed but lesson 00's: one executed here, whose outputs stand for
+all the lessons show. Its first pages (every link on them followed) and a search load
+cleanly in chromium, and `python -m course.browser_check` fails a broken page and exits 1.
+(A deck's steps and speaker window: tests/test_course_slides_in_browser.py.)"""
 
 import re
 import subprocess
-import textwrap
 import time
 
 import nbformat
@@ -35,56 +22,59 @@ from course.slides import to_slides, write_decks
 # A valid 1x1 GIF.
 PIXEL = "data:image/gif;base64,R0lGODlhAQABAIAAAP///wAAACH5BAEAAAAALAAAAAABAAEAAAICRAEAOw=="
 
-REPRESENTATIVE = [
-    ("md", "# Outputs of every kind\n\nA figure, an animation and a table."),
-    (
-        "code",
-        textwrap.dedent("""\
-        import matplotlib.pyplot as plt
-        from matplotlib.animation import FuncAnimation
-        from IPython.display import HTML, Markdown, display
+# Lesson 00 as the site shows it: an output of each kind the lessons show (a matplotlib
+# figure, HTML+JS from `to_jshtml` and 01's ring stepper, a table, printed text). Its
+# cells, separated by `---` lines; a cell that opens with `#` is markdown.
+REPRESENTATIVE = """\
+# Outputs of every kind
 
-        from common.figure_text import animation_html
-        from common.notebook_device import choose
+A figure, an animation and a table.
+---
+import matplotlib.pyplot as plt
+from matplotlib.animation import FuncAnimation
+from IPython.display import HTML, Markdown, display
 
-        choose(cpu_because="a notebook of outputs")  # as every lesson's first cell"""),
-    ),
-    ("md", "## A figure"),
-    (
-        "code",
-        textwrap.dedent("""\
-        fig, ax = plt.subplots(figsize=(4, 3))
-        ax.plot([1, 2, 3], [3, 1, 2])
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss")
-        ax.set_title("Loss per step")
-        plt.show()"""),
-    ),
-    ("md", "## An animation"),
-    (
-        "code",
-        textwrap.dedent("""\
-        fig, ax = plt.subplots(figsize=(3, 2))
-        (line,) = ax.plot([], [])
-        ax.set_xlim(0, 3)
-        ax.set_ylim(0, 3)
-        animation = FuncAnimation(fig, lambda i: line.set_data(range(i + 1), range(i + 1)),
-                                  frames=3)
-        plt.close(fig)
-        HTML(animation_html(animation, "A line growing"))"""),
-    ),
-    ("code", "from common.ring_stepper import stepper_html\n\nHTML(stepper_html(start=3))"),
-    ("md", "## A table"),
-    ("code", 'display(Markdown("| ranks | seconds |\\n|---|---|\\n| 1 | 2.0 |\\n| 2 | 1.1 |"))'),
-    ("code", 'print("rank 0 done")'),
-]
+from common.figure_text import animation_html
+from common.notebook_device import choose
+
+choose(cpu_because="a notebook of outputs")  # as every lesson's first cell
+---
+## A figure
+---
+fig, ax = plt.subplots(figsize=(4, 3))
+ax.plot([1, 2, 3], [3, 1, 2])
+ax.set_xlabel("step")
+ax.set_ylabel("loss")
+ax.set_title("Loss per step")
+plt.show()
+---
+## An animation
+---
+fig, ax = plt.subplots(figsize=(3, 2))
+(line,) = ax.plot([], [])
+ax.set_xlim(0, 3)
+ax.set_ylim(0, 3)
+animation = FuncAnimation(fig, lambda i: line.set_data(range(i + 1), range(i + 1)), frames=3)
+plt.close(fig)
+HTML(animation_html(animation, "A line growing"))
+---
+from common.ring_stepper import stepper_html
+
+HTML(stepper_html(start=3))
+---
+## A table
+---
+display(Markdown("| ranks | seconds |\\n|---|---|\\n| 1 | 2.0 |\\n| 2 | 1.1 |"))
+---
+print("rank 0 done")"""
 
 
 def representative_notebook():
-    nb = nbformat.v4.new_notebook()
-    for kind, text in REPRESENTATIVE:
-        new = nbformat.v4.new_markdown_cell if kind == "md" else nbformat.v4.new_code_cell
-        nb.cells.append(new(text))
+    cells = [
+        (nbformat.v4.new_markdown_cell if text.startswith("#") else nbformat.v4.new_code_cell)(text)
+        for text in REPRESENTATIVE.split("\n---\n")
+    ]
+    nb = nbformat.v4.new_notebook(cells=cells)
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     return nb
 
@@ -106,8 +96,7 @@ def build_site(build):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(the build folder, Sphinx's exit code): built once per test run, by whichever
-    test worker asks first."""
+    """(the build folder, Sphinx's exit code), built once per test run (made_once)."""
     build = made_once(tmp_path_factory, "site", build_site)
     return build, int((build / "sphinx_exit_code").read_text())
 
@@ -136,6 +125,11 @@ def test_the_site_builds_without_a_warning(built):
     assert "Executed on 2026-11-25 in 1 s" in lesson
     assert lesson.count('class="ring-stepper"') == 1 and '"application/json"' in lesson
     assert 'href="00_intro.slides.html"' in lesson
+    # matplotlib's animations link Font Awesome from a CDN; the site's style sheet draws
+    # their icons instead.
+    executed = (build / "executed" / "00_intro" / "00_intro.ipynb").read_text(encoding="utf-8")
+    assert "font-awesome" in executed and "font-awesome" not in lesson
+    assert 'class="anim-buttons"' in lesson
     theory = (html / "01_theory" / "01_theory.html").read_text(encoding="utf-8")
     assert 'href="ring_allreduce.py.html"' in theory and "Not executed by this build" in theory
     assert "Speaker notes." not in theory  # they are the decks'
@@ -147,9 +141,11 @@ def test_the_site_builds_without_a_warning(built):
     assert (html / "00_intro" / "00_intro.slides.html").is_file()
 
 
-def test_a_figure_in_a_deck_carries_its_description_as_alt_text(built):
+def test_a_deck_describes_its_figures_and_draws_its_animations_icons_itself(built):
     build, _ = built
     deck = (build / "html" / "00_intro" / "00_intro.slides.html").read_text(encoding="utf-8")
+    assert 'class="anim-buttons"' in deck and "font-awesome" not in deck
+    assert ".anim-buttons .fa-play::before" in deck  # the icons, drawn without the font
     images = re.findall(r"<img\b[^>]*>", deck)
     assert images, "the representative notebook's figure is missing from its deck"
     described = [re.search(r'alt="([^"]*)"', image) for image in images]
@@ -212,9 +208,8 @@ def test_a_broken_page_fails_and_the_command_exits_non_zero(chromium, tmp_path):
 
 
 def test_a_browser_that_exits_while_starting_is_named_at_once(tmp_path):
-    """A chromium that dies while starting is reported as gone, not waited for until
-    its start's time-out (120 s). This stand-in reads the first command, then exits
-    without answering."""
+    """Reported as gone, not waited for until its start's time-out (120 s): this stand-in
+    reads the first command, then exits without answering."""
     stand_in = tmp_path / "chromium"
     stand_in.write_text("#!/bin/sh\nhead -c 1 <&3 >/dev/null\n")
     stand_in.chmod(0o755)

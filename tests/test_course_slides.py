@@ -20,13 +20,8 @@ SLIDE_TYPES = {"slide", "subslide", "fragment", "skip", "notes", "-"}
 
 def write_every_deck(out):
     """`python -m course.slides --out OUT`: every lesson's deck, its output kept."""
-    result = subprocess.run(
-        [PYTHON, "-m", "course.slides", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [PYTHON, "-m", "course.slides", "--out", str(out)]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     (out / "stdout.txt").write_text(result.stdout)
 
@@ -38,53 +33,23 @@ def decks(tmp_path_factory):
 
 
 def test_the_rule():
-    cells = [
-        ("md", "# 00 · Title\n\nWhat you will learn"),
-        ("code", "import os\nfrom pathlib import (\n    Path,\n)\n"),
-        ("md", "Some story"),
-        ("code", 'import re\n\nrun("torchrun ...")'),
-        ("md", "## A section"),
-        ("md", "> **Speaker notes.** Say this."),
-        ("md", "### A topic"),
-        ("code", "# a comment first\nassert check()"),
-        ("md", "## Summary\n\n...\n\n## Exercises\n\n1. ...\n\n## Solutions\n\n**1.** ..."),
-        ("code", "solution()"),
-        ("md", "**2.** ..."),
+    cells = [  # (kind, text, the type the rule gives)
+        ("md", "# 00 · Title\n\nWhat you will learn", "slide"),
+        ("code", "import os\nfrom pathlib import (\n    Path,\n)\n", "skip"),  # boilerplate
+        ("md", "Some story", "-"),
+        ("code", 'import re\n\nrun("torchrun ...")', "-"),  # imports, then a launch: shown
+        ("md", "## A section", "slide"),
+        ("md", "> **Speaker notes.** Say this.", "notes"),  # the speaker's, on the slide above
+        ("md", "### A topic", "subslide"),
+        ("code", "# a comment first\nassert check()", "-"),
+        ("md", "## Summary\n\n...\n\n## Exercises\n\n...\n\n## Solutions\n\n**1.** ...", "slide"),
+        ("code", "solution()", "skip"),  # after the Solutions heading
+        ("md", "**2.** ...", "skip"),
     ]
-    assert slide_types(cells) == [
-        "slide",
-        "skip",  # imports only: boilerplate
-        "-",
-        "-",  # imports, then a launch: shown
-        "slide",
-        "notes",  # the speaker's, on the slide above
-        "subslide",
-        "-",
-        "slide",
-        "skip",  # after the Solutions heading
-        "skip",
-    ]
-
-
-def test_a_solutions_heading_skips_until_the_end():
-    cells = [("md", "## Solutions"), ("code", "x = 1"), ("md", "## Not a new start")]
-    assert slide_types(cells) == ["skip", "skip", "skip"]
-
-
-@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_every_lesson_cell_carries_the_type_the_rule_gives(notebook):
-    """The rule is decided in one place: the types stored in the notebooks are its."""
-    nb = nbformat.read(notebook, as_version=4)
-    kinds = [("md" if cell.cell_type == "markdown" else "code", cell.source) for cell in nb.cells]
-    stored = [cell.metadata.get("slideshow", {}).get("slide_type") for cell in nb.cells]
-    assert set(stored) <= SLIDE_TYPES and stored[0] == "slide", stored
-    expected = slide_types(kinds)
-    wrong = [
-        f"cell {number} ({cell.get('id')}): {have}, the rule gives {want}"
-        for number, (cell, have, want) in enumerate(zip(nb.cells, stored, expected, strict=True))
-        if have != want
-    ]
-    assert not wrong, wrong
+    assert slide_types([cell[:2] for cell in cells]) == [cell[2] for cell in cells]
+    # A Solutions heading that opens its cell skips that cell too, and every heading after.
+    after = [("md", "## Solutions"), ("code", "x = 1"), ("md", "## Not a new start")]
+    assert slide_types(after) == ["skip", "skip", "skip"]
 
 
 class Deck(HTMLParser):
@@ -128,12 +93,34 @@ class Deck(HTMLParser):
 
 
 @pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_a_lesson_deck_has_a_slide_per_heading(notebook, decks):
+def test_a_lesson_deck_is_the_rules_with_a_slide_per_heading_and_its_notes_file(notebook, decks):
     nb = nbformat.read(notebook, as_version=4)
+    # The rule is decided in one place: the types stored in the notebook are its.
+    kinds = [("md" if cell.cell_type == "markdown" else "code", cell.source) for cell in nb.cells]
+    stored = [cell.metadata.get("slideshow", {}).get("slide_type") for cell in nb.cells]
+    assert set(stored) <= SLIDE_TYPES and stored[0] == "slide", stored
+    expected = slide_types(kinds)
+    wrong = [
+        f"cell {number} ({cell.get('id')}): {have}, the rule gives {want}"
+        for number, (cell, have, want) in enumerate(zip(nb.cells, stored, expected, strict=True))
+        if have != want
+    ]
+    assert not wrong, wrong
+    # The notes are the instructor's: a learner reading the notebook never meets one.
+    in_notebook = [c.get("id") for c in nb.cells if "Speaker notes." in c.source]
+    assert in_notebook == [], f"{notebook.name}: move these cells to {notes_file(notebook).name}"
+    # The notes file: a section per page the deck shows, in the order of the talk.
+    types = [cell.metadata["slideshow"]["slide_type"] for cell in nb.cells]
+    pages = []  # the titles of the pages the deck shows, each once, in order
+    for line_title, slide_type in zip(page_titles(nb.cells), types, strict=True):
+        if slide_type != "skip" and line_title not in pages:
+            pages.append(line_title)
+    notes = read_notes(notes_file(notebook))
+    assert list(notes) == pages
+    assert all(text.strip() for text in notes.values())
     deck_file = decks / "html" / notebook.parent.name / f"{notebook.stem}.slides.html"
     page = deck_file.read_text(encoding="utf-8")
     deck = Deck(page)
-
     shown = [title for cell in nb.cells for level, title in cell_headings(cell) if level <= 2]
     shown = shown[: next((i for i, t in enumerate(shown) if t.startswith("Solution")), None)]
     assert deck.slides == len(shown)
@@ -144,7 +131,7 @@ def test_a_lesson_deck_has_a_slide_per_heading(notebook, decks):
     assert all(p["before_heading"] == "" for p in deck.pages), deck.pages
     # Every page has the speaker's notes from the notes file, as notes, not the slide's text.
     # (Titles compare as words: the page shows `code` without its backticks.)
-    notes = {words(title): text for title, text in read_notes(notes_file(notebook)).items()}
+    notes = {words(title): text for title, text in notes.items()}
     for p in deck.pages:
         title = words(p["headings"][0][1])
         assert title in notes, f"{notes_file(notebook).name} has no notes for the page {title}"
@@ -170,22 +157,6 @@ def test_the_command_writes_every_deck(decks):
     expected = [f"html/{nb.parent.name}/{nb.stem}.slides.html" for nb in lesson_notebooks([])]
     assert written == sorted(expected)
     assert "(not executed: no outputs)" in (decks / "stdout.txt").read_text()  # no executed/
-
-
-@pytest.mark.parametrize("notebook", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_the_notes_file_has_a_section_per_page_in_the_order_of_the_talk(notebook):
-    nb = nbformat.read(notebook, as_version=4)
-    # They are the instructor's: a learner reading the notebook never meets one.
-    shown = [c.get("id") for c in nb.cells if "Speaker notes." in c.source]
-    assert shown == [], f"{notebook.name}: move these cells to {notes_file(notebook).name}"
-    types = [cell.metadata["slideshow"]["slide_type"] for cell in nb.cells]
-    pages = []  # the titles of the pages the deck shows, each once, in order
-    for line_title, slide_type in zip(page_titles(nb.cells), types, strict=True):
-        if slide_type != "skip" and line_title not in pages:
-            pages.append(line_title)
-    notes = read_notes(notes_file(notebook))
-    assert list(notes) == pages
-    assert all(text.strip() for text in notes.values())
 
 
 def test_a_notes_file_that_does_not_fit_its_notebook_says_where(tmp_path):

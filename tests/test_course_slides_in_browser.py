@@ -1,9 +1,6 @@
-"""A lesson's slide deck (`course.slides`), opened in a real headless browser (Debian's
-chromium): it steps through pages, fragments and notes with the keyboard, and its speaker
-window shows each page's notes and steps with the deck, whichever window is stepped.
-
-Chromium comes from `python3 -m course.system_packages` (CI runs it as root first);
-without it these tests skip and say why, or fail under COURSE_STRICT=1."""
+"""A slide deck (`course.slides`) in headless chromium: it steps through pages, fragments
+and notes with the keyboard, and its speaker window shows each page's notes and steps with
+the deck, whichever window is stepped."""
 
 import re
 

@@ -9,16 +9,24 @@ import pytest
 from conftest import PYTHON, REPO
 
 from course import system_packages
-from course.cluster import netns
+from course.cluster import netns, slurm
 
 
-def test_without_root_it_installs_nothing_and_names_the_command(monkeypatch):
+def test_a_part_that_cannot_run_says_why_and_nothing_is_installed(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setattr(system_packages, "program", lambda name: None)
     monkeypatch.setattr(system_packages, "apt_install", lambda *a: pytest.fail("installed"))
     failure = system_packages.install(["chromium"], timeout=5)
-    assert failure == (
-        "installing chromium needs root: run `sudo python3 -m course.system_packages`"
+    assert failure == "installing chromium needs root: run `sudo python3 -m course.system_packages`"
+    assert slurm.why_unavailable().startswith("a local Slurm cluster needs root")
+    assert netns.why_unavailable() == (
+        "making network namespaces needs root (`ip netns add`); run as root to see it"
+    )
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(system_packages, "program", lambda name: None if name == "slurmd" else "/x")
+    assert slurm.why_unavailable() == (
+        "Slurm is not installed (slurmd not found); install it with "
+        "`sudo python3 -m course.system_packages slurm`"
     )
 
 
@@ -59,10 +67,3 @@ def test_a_part_that_cannot_run_skips_or_under_strict_fails(monkeypatch):
     with pytest.raises(pytest.fail.Exception, match="COURSE_STRICT=1, and this part cannot run"):
         conftest.skip_or_fail("no chromium")
     conftest.skip_or_fail(None)  # a part that can run neither skips nor fails
-
-
-def test_without_root_the_two_hosts_part_says_it_needs_root(monkeypatch):
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    assert netns.why_unavailable() == (
-        "making network namespaces needs root (`ip netns add`); run as root to see it"
-    )

@@ -1,30 +1,19 @@
-"""The time limit a reader sees in a notebook cell is the one that applies.
+"""The time limit a reader sees in a notebook cell is the one that applies: a notebook's
+cell limit (`metadata.execution.timeout`, else `--nbmake-timeout`), at which nbmake and
+`course.build` stop a cell, exceeds the sum of the launch limits written in any of its cells
+(`run(..., timeout=900)`, `job.wait(120)`, `job.wait_for(pattern, 60)`, `run`'s default of
+180 s), with a margin for the cell's own work; a limit inside a loop counts as its line, or
+the loop's line above it, declares (`# 11 launches: 440 s at most`). pytest-timeout gives a
+notebook its code cells times its cell limit (course/pytest_hooks.py)."""
 
-A cell launches scripts with time limits written in it (`run(..., timeout=900)`,
-`job.wait(120)`, `job.wait_for(pattern, 60)`, or `run`'s default of 180 s). nbmake and
-`course.build` stop a whole cell at the notebook's cell limit (`metadata.execution.timeout`,
-else pytest's `--nbmake-timeout`). If that were shorter than the limits written in the
-cell, the cell would be killed first and the reader's numbers would be false. So every
-notebook's cell limit must exceed the sum of the limits written in any of its cells, with
-a margin for the cell's own work. A limit inside a loop counts once per pass: its line,
-or the loop's line just above it, says how many, as `# 11 launches: 440 s at most`, and
-that sum is the one counted.
-
-pytest-timeout's per-item limit must not cut a notebook short either: course/pytest_hooks.py
-gives each notebook item its code cells times its cell limit, tested at the end.
-"""
-
-import json
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import run_nbmake
+from conftest import REPO, run_nbmake
 
 from course.build import CELL_TIMEOUT_SECONDS, cell_limit
 
-REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(REPO.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 RUN_DEFAULT_SECONDS = 180  # common.launch.run's default limit
 MARGIN_SECONDS = 60
@@ -56,22 +45,6 @@ def written_limits(source: str) -> int:
     return total + RUN_DEFAULT_SECONDS * runs_without
 
 
-def pytest_cell_limit() -> int:
-    addopts = (REPO / "pyproject.toml").read_text()
-    return int(re.search(r"--nbmake-timeout=(\d+)", addopts).group(1))
-
-
-def loop_lines():
-    """(notebook, line) for every line that declares a loop's launches, with the next
-    line when the declaration is on the loop's line."""
-    for notebook in NOTEBOOKS:
-        for cell in json.loads(notebook.read_text())["cells"]:
-            lines = "".join(cell["source"]).splitlines()
-            for number, line in enumerate(lines):
-                if LOOP.search(line):
-                    yield notebook.name, "\n".join(lines[number : number + 2])
-
-
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: path.name)
 def test_the_cell_limit_exceeds_the_limits_written_in_every_cell(notebook):
     nb = nbformat.read(notebook, as_version=4)
@@ -87,7 +60,15 @@ def test_the_cell_limit_exceeds_the_limits_written_in_every_cell(notebook):
 
 
 def test_a_loop_declares_its_launches_times_its_limit():
-    lines = list(loop_lines())
+    # Each line that declares a loop's launches, with the next when that is the loop's line.
+    lines = [
+        (notebook.name, "\n".join(source[number : number + 2]))
+        for notebook in NOTEBOOKS
+        for cell in nbformat.read(notebook, as_version=4).cells
+        for source in [cell.source.splitlines()]
+        for number, line in enumerate(source)
+        if LOOP.search(line)
+    ]
     assert lines, "no notebook declares a loop's launches: the pattern no longer matches"
     for name, line in lines:
         count, total = map(int, LOOP.search(line).groups())
@@ -100,41 +81,20 @@ def test_a_loop_declares_its_launches_times_its_limit():
 def test_the_build_applies_the_same_cell_limit_as_nbmake():
     # Both read a notebook's own limit from metadata.execution.timeout (the test above
     # fails if the build ignored it); without one, both apply the same default.
-    assert CELL_TIMEOUT_SECONDS == pytest_cell_limit()
-
-
-NOTEBOOK_OF_TWO_NAPS = {
-    "cells": [
-        {
-            "cell_type": "code",
-            "execution_count": None,
-            "metadata": {},
-            "outputs": [],
-            "source": "import time\ntime.sleep(2)",
-        }
-    ]
-    * 2,
-    "metadata": {
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-    },
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}
+    addopts = (REPO / "pyproject.toml").read_text()
+    assert CELL_TIMEOUT_SECONDS == int(re.search(r"--nbmake-timeout=(\d+)", addopts)[1])
 
 
 @pytest.mark.parametrize("hooks", [True, False], ids=["with the hooks", "without"])
 def test_a_notebook_may_run_as_long_as_its_cells_limits_allow(tmp_path, hooks):
     # Two cells of 2 s under a cell limit of 10 s, and pytest-timeout's limit of 3 s per
     # item: the notebook passes only if the hooks give it its cells' 20 s.
-    (tmp_path / "naps.ipynb").write_text(json.dumps(NOTEBOOK_OF_TWO_NAPS))
-    result = run_nbmake(
-        tmp_path,
-        "--nbmake-timeout=10",
-        "-o",
-        "timeout=3",
-        *(["-p", "course.pytest_hooks"] if hooks else []),
-        "naps.ipynb",
-    )
+    naps = [nbformat.v4.new_code_cell("import time\ntime.sleep(2)") for _ in range(2)]
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb = nbformat.v4.new_notebook(cells=naps, metadata={"kernelspec": kernel})
+    nbformat.write(nb, tmp_path / "naps.ipynb")
+    plugin = ["-p", "course.pytest_hooks"] if hooks else []
+    result = run_nbmake(tmp_path, "--nbmake-timeout=10", "-o", "timeout=3", *plugin, "naps.ipynb")
     if hooks:
         assert result.returncode == 0, result.stdout + result.stderr
     else:

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from conftest import REPO
@@ -13,8 +14,7 @@ from conftest import REPO
 
 @pytest.fixture
 def noxfile(monkeypatch):
-    """The noxfile, imported once; what its import sets in the environment (PYENV_VERSION)
-    is undone after the test that imported it."""
+    """The noxfile; what its import sets in the environment (PYENV_VERSION) is undone."""
     monkeypatch.delenv("PYENV_VERSION", raising=False)
     monkeypatch.syspath_prepend(str(REPO))
     return importlib.import_module("noxfile")
@@ -38,9 +38,8 @@ def test_its_sessions_run_the_readmes_test_command(noxfile):
 
 
 def test_every_python_it_counts_as_found_runs():
-    """pyenv's shim of a version pyenv has not made active fails ("pyenv: python3.13:
-    command not found"): the noxfile makes every installed version active. In a process of
-    its own, so that what the noxfile sets stays there."""
+    """pyenv's shim of a version pyenv has not made active fails: the noxfile makes every
+    installed one active (in a process of its own, so that what it sets stays there)."""
     check = (
         "import shutil, subprocess, noxfile\n"
         "for version in noxfile.PROMISED:\n"
@@ -75,30 +74,21 @@ def test_the_row_says_what_pytest_reported(noxfile, tmp_path, monkeypatch):
         capture_output=True,
         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},  # 1 s instead of 10
     )
-
-    class Session:
-        def run(self, *args, **kwargs):
-            return "3.13.0\n2.14.1\n"
-
+    session = SimpleNamespace(run=lambda *args, **kwargs: "3.13.0\n2.14.1\n")
     rows = []
     monkeypatch.setattr(noxfile.results, "record", lambda table, row: rows.append(row))
-    noxfile.record(Session(), "the suite", report, False, 70.4)
+    noxfile.record(session, "the suite", report, False, 70.4)
     python, torch, what, commit, _, result, time, _ = rows[0]
     assert (python, torch, what, commit) == ("3.13.0", "2.14.1", "the suite", noxfile.COMMIT[:7])
     assert result == "FAILED: 2 failed, 1 passed, 1 skipped"
     assert re.fullmatch(r"\d+ s of tests, 70 s with the install", time)
-    noxfile.record(Session(), "the suite", tmp_path / "absent.xml", False, 9)
+    noxfile.record(session, "the suite", tmp_path / "absent.xml", False, 9)
     assert rows[1][5] == "FAILED: no pytest report (did the install fail?)"
 
 
 def test_the_results_module_needs_only_the_standard_library():
-    # The noxfile imports course.results on whatever Python runs nox; -S leaves out every
-    # installed package. (course.system_packages, which .ci/run starts with a bare
-    # python3: test_course_system_packages.py runs it so.)
+    # The noxfile imports it on whatever Python runs nox; -S leaves out every package.
     bare = subprocess.run(
-        [sys.executable, "-S", "-c", "import course.results"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-S", "-c", "import course.results"], cwd=REPO, capture_output=True
     )
     assert bare.returncode == 0, bare.stderr

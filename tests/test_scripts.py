@@ -1,10 +1,6 @@
-"""Every lesson script, launched wrong, answers in one line and exits non-zero.
-
-One table for all of them. The scripts are found on disk (every lesson `.py` with a
-`__main__` block), so a new script is held to it at once (one that needs arguments fails
-until it gets them in NEEDED_ARGUMENTS). The commands run through `run_forked` (conftest):
-one interpreter imports torch once and forks per command, so ~100 launches take seconds.
-"""
+"""Every lesson script, launched wrong, answers in one line and exits non-zero. The scripts
+are found on disk (every lesson `.py` with a `__main__` block), so a new one is held to it
+at once. The commands run through `run_forked` (conftest): ~100 launches take seconds."""
 
 import json
 import re
@@ -34,6 +30,7 @@ NEEDED_ARGUMENTS = {
 }
 CORRECT_ARGUMENTS = {script: NEEDED_ARGUMENTS.get(script, []) for script in SCRIPTS}
 
+HANGS = "04_multinode/hangs"
 # Wrong values, each with the words that must name what is wrong: each way a script checks
 # a value, once (positive_int's 0, negatives and words: tests/test_common.py).
 WRONG_VALUES = [
@@ -60,25 +57,16 @@ WRONG_VALUES = [
         ["optimizer.warmup_steps=100000"],
         "optimizer.warmup_steps=100000 is not shorter than the schedule (",
     ),
+    (f"{HANGS}/classic_hangs.py", ["--case", "deadlock"], "--case: invalid choice: 'dead"),
     (
-        "04_multinode/hangs/classic_hangs.py",
-        ["--case", "deadlock"],
-        "--case: invalid choice: 'dead",
-    ),
-    (
-        "04_multinode/hangs/classic_hangs.py",
+        f"{HANGS}/classic_hangs.py",
         ["--case", "order", "--timeout", "0"],
         "--timeout: '0' is not a positive number of seconds",
     ),
-    ("04_multinode/hangs/classic_hangs.py", ["--case", "killed_rank", "--fixed"], "--fixed is for"),
-    (
-        "04_multinode/hangs/one_collective_too_many.py",
-        ["--timeout", "-1"],
-        "'-1' is not a positive",
-    ),
+    (f"{HANGS}/classic_hangs.py", ["--case", "killed_rank", "--fixed"], "--fixed is for"),
+    (f"{HANGS}/one_collective_too_many.py", ["--timeout", "-1"], "'-1' is not a positive"),
     ("04_multinode/node_report.py", ["--timeout", "nan"], "--timeout: 'nan' is not a positive"),
 ]
-
 
 SCRIPTS_PAGE = (REPO / "docs" / "scripts.md").read_text(encoding="utf-8")
 
@@ -113,9 +101,8 @@ def is_torchrun_script(script: str) -> bool:
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory):
-    """Every command of this module, run once per test run (conftest.made_once: xdist's
-    workers take this module's tests in turns, and each turn would run them all again):
-    {(script, arguments): result}."""
+    """{(script, arguments): result} of every command of this module, run once per test
+    run (conftest.made_once: xdist's workers take this module's tests in turns)."""
     commands = [(s, a + ["--bogus"]) for s, a in CORRECT_ARGUMENTS.items()]
     commands += [(s, a) for s, a in CORRECT_ARGUMENTS.items() if is_torchrun_script(s)]
     commands += [(script, arguments) for script, arguments, _ in WRONG_VALUES]
@@ -172,10 +159,6 @@ def hint_for(script: str, launched) -> str:
     launcher = "torchrun " if is_torchrun_script(script) else "python "
     assert hint.startswith(launcher) and f" {Path(script).name}" in hint, hint
     return hint
-
-
-def test_every_script_given_arguments_is_a_lesson_script():
-    assert set(NEEDED_ARGUMENTS) <= set(SCRIPTS)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

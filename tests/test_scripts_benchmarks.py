@@ -1,9 +1,6 @@
-"""The benchmark scripts still run: each once at tiny settings, its table parsed.
-
-Their figures depend on the machine and its load, so they are never asserted (the
-docs/scripts.md says how to measure them). What is checked is what must hold on any machine:
-one row per configuration, and every derived figure computed from the printed ones.
-"""
+"""The benchmark scripts still run, each once at tiny settings: their figures depend on the
+machine, so only what holds on any machine is checked (a row per configuration, every
+derived figure computed from the printed ones)."""
 
 import os
 import re

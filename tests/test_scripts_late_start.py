@@ -1,17 +1,9 @@
-"""A process that starts late does not fail a short process-group timeout.
-
-Lessons 02 and 04 demonstrate timeouts of 2-5 seconds. Joining (init_process_group)
-waits for every process to arrive, and on a busy machine one can start seconds after
-another: a short timeout given to init_process_group would end the job there, before
-the demonstration (a flake seen under the suite's load). Lesson 02's scripts join under
-the default timeout and give the short one to a group made for it; lesson 04's hang
-scripts keep one group (their flight records and DETAIL's checks are read as one), and
-line the ranks up first (common.distributed.start_together). Here a `sitecustomize`
-makes rank 1 start 5 s late, longer than the 2 s timeout.
-
-Lesson 04's rows are its hangs with the bug fixed (`--fixed`), the runs that show the
-job then ends: every line listed is said exactly once.
-"""
+"""A rank that starts late does not fail the short process-group timeouts lessons 02 and 04
+show (2-5 s): on a busy machine one process can start seconds after another, and joining
+waits for all. 02's scripts join under the default timeout and give the short one to a group
+of its own; 04's hang scripts line the ranks up first (common.distributed.start_together).
+Here rank 1 starts 5 s late under a 2 s timeout; 04's hangs run fixed (`--fixed`), and
+every line listed is said exactly once."""
 
 import pytest
 from conftest import REPO, run_with_sitecustomize

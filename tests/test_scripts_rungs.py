@@ -1,13 +1,9 @@
 """The training rungs after 02 (03's `multigpu_torchrun.py` and `multigpu_preemptible.py`,
-04's `multinode.py`) train as DDP must, each checked against a model of it computed here
-in one process: with 2 processes, every step is one SGD step on the mean of the two
-ranks' batch losses, each rank's batch drawn from its DistributedSampler shard of that
-epoch's order; the loss printed per epoch is the mean over every step of both ranks.
-
-02's check cell proves the same of `multigpu.py` against `single_gpu.py`; the rungs after
-it change the optimizer (momentum) and add snapshots, so 02's proof does not reach their
-copies of the DDP lines. (Without `set_epoch`, or with rank 0's loss printed as the
-epoch's, each rung still passed every test and check cell.)"""
+04's `multinode.py`) train as DDP must: with 2 processes, each step is one SGD step on the
+mean of the ranks' batch losses, each rank's batch from its DistributedSampler shard of that
+epoch's order, and the loss printed per epoch is the mean over every step of both ranks,
+as a one-process model of it computes. (02's check cell proves it of `multigpu.py`; the
+later rungs change the optimizer and add snapshots, so their DDP lines are checked here.)"""
 
 import re
 
