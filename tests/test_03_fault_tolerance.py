@@ -1,8 +1,5 @@
-"""Lesson 03: bad snapshots and bad launches get one line (part 1's script; part 3's
-too; and `stale_address.py`'s launch). (That a job without --max-restarts fails with
-torchrun's report and resumes when launched again, and that a crashed and restarted run
-ends exactly where an uninterrupted one does, the notebook's own check cell asserts, on
-the notebook's runs.)"""
+"""Lesson 03: bad snapshots and bad launches of its scripts get one line. (Crash, restart
+and resume: the notebook's check cell, on its own runs.)"""
 
 import os
 import subprocess
@@ -25,8 +22,7 @@ KEYS = {
 
 
 def one_worker(tmp_path, *arguments, script=SCRIPT, env=None):
-    """The script as the one worker of a world of one, with the environment torchrun
-    would give it (cheaper than starting torchrun's agent too), and `env`."""
+    """The script as the one worker of a world of one, as torchrun would start it."""
     environment = {**os.environ, **one_worker_environment(), **(env or {})}
     return subprocess.run(
         [PYTHON, script, *arguments],
@@ -38,10 +34,8 @@ def one_worker(tmp_path, *arguments, script=SCRIPT, env=None):
     )
 
 
-# One kind of bad file per script: every SnapshotError takes the same path through the
-# script (each kind's message is tests/test_common_snapshot.py's; an empty snapshot under
-# torchrun, the 03 part 3 notebook's check). Someone else's checkpoint shows the keys
-# that this script's snapshots hold.
+# One kind of bad file per script: every SnapshotError takes the same path through it (each
+# kind's message: tests/test_common_snapshot.py); this one names the keys the script needs.
 @pytest.mark.parametrize("script", [SCRIPT, PREEMPTIBLE], ids=["part1", "part3"])
 def test_a_bad_snapshot_gets_one_line_naming_the_file(script, tmp_path):
     path = tmp_path / "runs" / "bad.pt"
@@ -68,9 +62,8 @@ SHARED_WITH_RESTARTS = {
 
 @pytest.mark.parametrize("script", [SCRIPT, PREEMPTIBLE], ids=["part1", "part3"])
 def test_restarts_of_several_agents_on_the_shared_store_are_refused_in_one_line(tmp_path, script):
-    """Agents of several nodes each count their own restarts, so a prefix per count could
-    split the workers: the worker stops at once with the fix, before it joins anything
-    (no store listens here)."""
+    """Agents of several nodes count restarts apart, so a prefix per count could split the
+    workers: the worker stops with the fix before it joins anything (no store listens)."""
     result = one_worker(tmp_path, "2", "1", script=script, env=SHARED_WITH_RESTARTS)
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1:] == [
@@ -81,11 +74,8 @@ def test_restarts_of_several_agents_on_the_shared_store_are_refused_in_one_line(
 
 
 def test_a_snapshot_path_under_a_file_is_refused_in_one_line_before_training(tmp_path):
-    """Launched as agent 2 of 2 would launch it without restarts (the official series'
-    command), on the agent's store (here this test's): the worker joins, gloo publishing
-    rank 0's address (stale_address.py) under the attempt's prefix, then refuses the path.
-    (With a store of each attempt's own, and restarts, it trains: the elastic notebook's
-    two agents, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1.)"""
+    """As agent 2 of 2 without restarts, on the agent's store (this test's): the worker
+    joins, publishing rank 0's address under the attempt's prefix, then refuses the path."""
     (tmp_path / "runs").write_text("a file where the snapshot's folder should be")
     port = free_port()
     agent_store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
@@ -98,7 +88,7 @@ def test_a_snapshot_path_under_a_file_is_refused_in_one_line_before_training(tmp
     assert result.stdout.splitlines()[1:] == [
         "[rank0] cannot keep snapshots at runs/snapshot.pt: runs is a file; point the script "
         "at a snapshot path in a folder you can write"
-    ]  # at start-up: before this, the first save raised FileExistsError, after an epoch
+    ]  # at start-up, not at the first save
     assert "Traceback" not in result.stderr
     published = agent_store
     for prefix in ("attempt0", "0/", "cpu/", "0"):
@@ -107,14 +97,11 @@ def test_a_snapshot_path_under_a_file_is_refused_in_one_line_before_training(tmp
 
 
 def test_stale_address_without_a_restart_to_show_refuses_in_one_line(tmp_path):
-    """Launched without --max-restarts (torchrun's default is 0), as one of its 2 workers:
-    the check reads only torchrun's variables, the same on every rank, and refuses before
-    the first meeting (no store listens here)."""
-    no_restarts = {
-        "WORLD_SIZE": "2",
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",
-    }
+    """Without --max-restarts, as one of 2 workers: it reads only torchrun's variables,
+    the same on every rank, and refuses before the first meeting (no store listens)."""
+    no_restarts = dict(
+        WORLD_SIZE="2", TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0"
+    )
     result = one_worker(tmp_path, script=STALE_ADDRESS, env=no_restarts)
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""  # nothing of attempt 0

@@ -1,24 +1,14 @@
-"""@record in the lesson scripts torchrun launches: what a worker raises reaches
-torchrun's failure report, with the worker's own traceback (lesson 03's claim).
-
-The failure is injected from outside, by a `sitecustomize` module that makes every
-backward() raise, so the scripts run as a learner reads them. Without @record, torchrun's
-report says `error_file: <N/A>` and has no traceback (tests/test_common_launch.py shows
-that side on a stand-in script).
-"""
+"""@record in the lesson scripts: what a worker raises reaches torchrun's failure report
+with the worker's own traceback (lesson 03). A `sitecustomize` makes every backward()
+raise, so the scripts run unchanged. (Without @record: tests/test_common_launch.py.)"""
 
 import pytest
 from conftest import REPO, run_with_sitecustomize
 
 INJECTED = "injected by the test: this backward() fails"
-SITECUSTOMIZE = f"""
-import torch
-
-
+SITECUSTOMIZE = f"""import torch
 def backward(*args, **kwargs):
     raise RuntimeError({INJECTED!r})
-
-
 torch.Tensor.backward = backward
 """
 
@@ -32,12 +22,9 @@ torch.Tensor.backward = backward
     ],
 )
 def test_a_workers_exception_reaches_torchruns_report_with_its_traceback(tmp_path, script):
+    command = f"torchrun --standalone --nproc_per_node=1 {REPO / script} 2 1"  # no peer needed
     output = run_with_sitecustomize(
-        tmp_path,
-        SITECUSTOMIZE,
-        f"torchrun --standalone --nproc_per_node=1 {REPO / script} 2 1",  # no peer needed
-        expect_failure=True,
-        timeout=120,
+        tmp_path, SITECUSTOMIZE, command, expect_failure=True, timeout=120
     )
     report = output.split("Root Cause (first observed failure)")[1]
     assert "error_file: <N/A>" not in report, report

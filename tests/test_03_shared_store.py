@@ -1,13 +1,6 @@
-"""Lesson 03: what torchrun's shared store does to an elastic join and to a restart.
-
-By default (PyTorch 2.4 and later) the torchrun agents lend their rendezvous store to
-their workers. A node joining a running job waits for the address of the new round's
-worker rank 0, which the running agent never publishes: it fails after the store's read
-timeout (the notebook's default 60 s, here `read_timeout=5`) with the DistStoreError that
-the elastic notebook quotes, and takes the running agent down with it (the notebook joins
-with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1). And `stale_address.py`, which the lesson 03
-notebook runs without the variable: with it, the restarted group meets in a store of its own.
-"""
+"""Lesson 03: torchrun's shared store (its agents lend their workers their rendezvous
+store) fails an elastic join with the DistStoreError the elastic notebook quotes, and
+TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 gives `stale_address.py`'s restart a store of its own."""
 
 import re
 
@@ -21,6 +14,7 @@ LESSON = REPO / "03_fault_tolerance"
 
 
 def test_a_join_without_the_variable_fails_both_agents_with_the_quoted_error(tmp_path):
+    """B waits for the new round's rank 0 to publish its address, which A never does."""
     port = free_port()
     agent = (
         "torchrun --nnodes=1:2 --nproc_per_node=1 --max-restarts=3 --rdzv_backend=c10d "
@@ -29,8 +23,7 @@ def test_a_join_without_the_variable_fails_both_agents_with_the_quoted_error(tmp
         # Far more epochs than the test lasts: A is still training whenever B arrives.
         f"{LESSON / 'multigpu_torchrun.py'} 100000 1000 --snapshot_path {tmp_path / 'job.pt'}"
     )
-    # The rendezvous store, served by a thread of this test's process as long as the object
-    # lives (rendezvous_server.py serves it for the elastic notebook): no process to start.
+    # The rendezvous store, served by a thread of this process while the object lives.
     _server = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     agent_a = start(agent, cwd=tmp_path, label="A", quiet=True)
     agent_a.wait_for(r"epoch 1 \| world size 1", timeout=120)
@@ -38,9 +31,8 @@ def test_a_join_without_the_variable_fails_both_agents_with_the_quoted_error(tmp
     joined = agent_b.wait(timeout=120, expect_failure=True)
     running = agent_a.wait(timeout=120, expect_failure=True)
 
-    # The key names the rendezvous round B joins: 1 as a rule, a later one when a round
-    # had to start over (seen once in a suite run under load: elastic.2). Round 0 is A's
-    # own start, whose address A did publish.
+    # The key names the round B joins: 1, or later if a round started over. Round 0 is
+    # A's own start, whose address A did publish.
     quoted = re.search(
         r"torch\.distributed\.DistStoreError: wait timeout after 5000ms, "
         r"keys: /torch\.rendezvous\.elastic\.(\d+)/MASTER_ADDR",
@@ -52,13 +44,10 @@ def test_a_join_without_the_variable_fails_both_agents_with_the_quoted_error(tmp
 
 
 def test_with_the_variable_the_restarted_group_meets_in_a_store_of_its_own(tmp_path):
-    output = run(
-        f"torchrun --standalone --nproc_per_node=2 --max-restarts=1 {LESSON / 'stale_address.py'}",
-        cwd=tmp_path,
-        env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
-        timeout=120,
-        quiet=True,
-    )
+    script = LESSON / "stale_address.py"
+    command = f"torchrun --standalone --nproc_per_node=2 --max-restarts=1 {script}"
+    fresh_store = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    output = run(command, cwd=tmp_path, env=fresh_store, timeout=120, quiet=True)
     assert "[rank1] attempt 0: killing myself" in output  # the restart happened
     assert "[rank0] attempt 1: this attempt has a store of its own" in output
     assert "[rank0] attempt 1: met" in output and "[rank1] attempt 1: met" in output

@@ -1,10 +1,6 @@
-"""Lesson 04: where multinode.py's snapshots live, and which one every rank resumes from.
-
-Two torchrun agents on this machine play two nodes, each in a folder of its own (nodes
-with disks of their own); one agent of two processes plays one node. Local rank 0 of
-every node saves; at start-up every rank resumes from the newest
-snapshot that any rank sees (04_multinode/snapshot_placement.py).
-"""
+"""Lesson 04: where multinode.py's snapshots live, and which one every rank resumes from
+(the newest any rank sees). Two torchrun agents here play two nodes, each in a folder of
+its own (a disk of its own); one agent of two processes plays one node."""
 
 import re
 
@@ -22,22 +18,17 @@ OUR_LINE = re.compile(r"^\[rank\d+\] .*$", re.MULTILINE)  # our log lines, not t
 WORKER = re.compile(r"\[rank(\d+)\] pid=\d+ host=\S+ node=(\d+) ")
 
 
-def two_nodes(folders, total_epochs, save_every=2, expect_failure=False) -> list[str]:
+def two_nodes(folders, total_epochs, expect_failure=False) -> list[str]:
     """One agent per folder, one worker each; the outputs, in the order of `folders`."""
     c10d = f"--rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:{free_port()} --rdzv_id=test"
-    command = (
-        f"torchrun --nnodes=2 --nproc_per_node=1 {c10d} {MULTINODE} {total_epochs} {save_every}"
-    )
-    agents = [
-        start(command, cwd=folder, label=f"node{i}", quiet=True) for i, folder in enumerate(folders)
-    ]
+    command = f"torchrun --nnodes=2 --nproc_per_node=1 {c10d} {MULTINODE} {total_epochs} 2"
+    agents = [start(command, cwd=f, label=f"node{i}", quiet=True) for i, f in enumerate(folders)]
     return [agent.wait(120, expect_failure=expect_failure) for agent in agents]
 
 
 def worker(output: str) -> tuple[int, int]:
-    """(global rank, node) of the one worker an agent started. c10d sorts the agents by
-    address, then process id; both agents here are on 127.0.0.1, so their process ids
-    decide, which nothing in a test fixes."""
+    """(global rank, node) of the one worker an agent started: c10d orders agents of one
+    address by process id, which no test fixes."""
     [(rank, node)] = WORKER.findall(output)
     return int(rank), int(node)
 
@@ -52,18 +43,6 @@ def assert_same_weights(one: dict, other: dict) -> None:
         assert torch.equal(tensor, other["model"][name]), name
 
 
-def assert_resumed_from(outputs: list[str], source_output: str, epochs: int) -> None:
-    """Every rank resumed, at `epochs`, from the snapshot of the worker that printed
-    `source_output`, and training went on from there, not from an earlier epoch."""
-    rank, node = worker(source_output)
-    line = f"resumed from rank {rank}'s snapshot.pt (node {node}): {epochs} epochs done"
-    for output in outputs:  # one line on each node
-        assert output.count(line) == 1, output[-3000:]
-    text = "".join(outputs)
-    assert f"every rank resumes from rank {rank}'s" in text
-    assert f"epoch {epochs} |" in text and f"epoch {epochs - 1} |" not in text
-
-
 def one_node(folder, total_epochs) -> str:
     """One agent of two processes (one node), in `folder`; its output."""
     command = f"torchrun --standalone --nproc_per_node=2 {MULTINODE} {total_epochs} 2"
@@ -71,39 +50,38 @@ def one_node(folder, total_epochs) -> str:
 
 
 def test_a_node_with_an_older_snapshot_resumes_from_the_newest(tmp_path):
-    """(A node without a snapshot resumes from another node's, and each node keeps a copy:
-    lesson 04's check cell asserts both, on the notebook's runs; two nodes writing one
-    shared folder, its Slurm part.)"""
+    """(A node without one resumes from another's: lesson 04's check cell.)"""
     a, b, one = (tmp_path / name for name in ("a", "b", "one"))
     for folder in (a, b, one):
         folder.mkdir()
 
-    # 6 epochs on one node of two processes: local rank 0 alone saves, and leaves
-    # nothing but the snapshot.
+    # 6 epochs on one node of two processes: local rank 0 alone saves, only the snapshot.
     first = one_node(a, 6)
     assert "rank 0 (node 0): none, rank 1 (node 0): none; every rank starts from scratch" in first
     saves = [line for line in first.splitlines() if "snapshot saved" in line]
     assert len(saves) == 3 and all(line.startswith("[rank0]") for line in saves), saves
     assert [path.name for path in a.iterdir()] == ["snapshot.pt"]  # no temporary file
 
-    # Node b came back with an older copy: 4 epochs, and weights that no run trained (a
-    # resume from it could not end with the weights of the run in one go below).
+    # Node b came back with an older copy: 4 epochs, and weights that no run trained.
     older = snapshot(a)
     older["epochs_run"] = 4
     older["model"] = {name: tensor + 1 for name, tensor in older["model"].items()}
     save_atomic(older, b / "snapshot.pt")
     outputs = two_nodes([a, b], 8)
-    assert_resumed_from(outputs, source_output=outputs[0], epochs=6)
+    rank, node = worker(outputs[0])  # every rank resumed from a's, and went on from there
+    line = f"resumed from rank {rank}'s snapshot.pt (node {node}): 6 epochs done"
+    assert [output.count(line) for output in outputs] == [1, 1], outputs
+    text = "".join(outputs)
+    assert f"every rank resumes from rank {rank}'s" in text
+    assert "epoch 6 |" in text and "epoch 5 |" not in text
     assert [snapshot(folder)["epochs_run"] for folder in (a, b)] == [8, 8]
     assert_same_weights(snapshot(a), snapshot(b))
 
-    # The same 8 epochs in one go, on one node: the very same weights. Resuming lost
-    # nothing, and the nodes' layout changes nothing.
+    # The same 8 epochs in one go, on one node: the very same weights.
     one_node(one, 8)
     assert snapshot(one)["epochs_run"] == 8
     assert_same_weights(snapshot(one), snapshot(a))
-    # Each rank's random generators are saved and given back to that rank on resume:
-    # the run resumed at 6 ends in the states of the run in one go.
+    # Each rank got its own random generators back: the states of the run in one go.
     resumed, expected = snapshot(a)["rng_state"], snapshot(one)["rng_state"]
     assert len(resumed) == len(expected) == 2
     for mine, theirs in zip(resumed, expected, strict=True):
@@ -139,20 +117,17 @@ def test_a_bad_snapshot_path_on_one_node_stops_every_rank_with_one_line(tmp_path
     assert len(said) == 1, lines  # said once, by rank 0, for every rank, at start-up
     prefix = re.escape(f"[rank0] rank {rank} on node {node}: ")
     assert re.fullmatch(prefix + DAMAGED[damage], said[0]), said[0]
-    # No agent was signalled to stop (common.preemption.stop_the_agent): with no restarts
-    # to spend it stops anyway, and would add its SignalException traceback.
+    # No agent was signalled to stop (stop_the_agent): with no restart to spend it stops
+    # anyway, and would add its SignalException traceback.
     assert "SignalException" not in "".join(outputs), outputs
     assert list(a.iterdir()) == [a / "snapshot.pt"]  # nothing trained, nothing saved
     assert (a / "snapshot.pt").read_bytes() == good
 
 
 def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_path):
-    """What the agreement prevents (lesson 04, the lost disk): each rank loads only its
-    own copy, as in lesson 03. Node 0 lost its disk; node 1 has a snapshot of 6 epochs.
-    DDP's constructor copies rank 0's fresh weights to rank 1, which counts on from
-    epoch 6: after 2 epochs it saves a snapshot that claims 8 and holds the weights of
-    rank 0's snapshot of 2 epochs. Then it leaves, and rank 0 fails at its next
-    collective. Static rendezvous, so that node 0 is certainly the one without a copy."""
+    """Each rank loading its own copy (lesson 03's way), node 0 without one: DDP gives
+    rank 1 rank 0's fresh weights, and rank 1 counts on from its epoch 6 (static
+    rendezvous, so that node 0 is the one without)."""
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     model = regression_model(seed=0)  # multinode.py's model and optimizer
@@ -160,25 +135,17 @@ def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_pat
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(1.0)  # unlike the fresh model that rank 0 starts from
-    state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "epochs_run": 6,
-        "steps_run": 0,
-        "loss_so_far": 0.0,
-        "rng_state": [{"cpu": torch.get_rng_state()}] * 2,  # one per rank
-    }
-    save_atomic(state, b / "snapshot.pt")
+    rng_state = [{"cpu": torch.get_rng_state()}] * 2  # one per rank
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epochs_run": 6}
+    save_atomic(
+        state | {"steps_run": 0, "loss_so_far": 0.0, "rng_state": rng_state}, b / "snapshot.pt"
+    )
     static = f"--master_addr=127.0.0.1 --master_port={free_port()}"
     script = SCRIPTS / "multinode_own_copy_only.py"
+    command = f"torchrun --nnodes=2 --nproc_per_node=1 {static} --node_rank={{n}} {script} 8 1"
     agents = [
-        start(
-            f"torchrun --nnodes=2 --nproc_per_node=1 {static} --node_rank={node} {script} 8 1",
-            cwd=folder,
-            label=f"node{node}",
-            quiet=True,
-        )
-        for node, folder in enumerate((a, b))
+        start(command.format(n=n), cwd=folder, label=f"node{n}", quiet=True)
+        for n, folder in enumerate((a, b))
     ]
     node0 = agents[0].wait(120, expect_failure=True)
     node1 = agents[1].wait(120)

@@ -1,13 +1,8 @@
-"""The lessons' sbatch scripts ask for GPUs, say where training runs as the workers will
-decide it (the GPUs PyTorch sees, else the CPUs), stop in one line when Slurm gave GPUs
-that PyTorch cannot see, and start every node's torchrun with the Python they checked,
-the CPUs sbatch asked for, and that node's own address.
-
-Each script runs in bash with the variables Slurm's batch step would set, and stand-ins
-for `scontrol`, `srun` and the Python (which says how many GPUs it sees): no PyTorch
-starts. (On the local Slurm cluster the scripts run for real, their Python the real
-PyTorch, with `--gpus-per-node=0`: lesson 04's notebook and tests/test_05_slurm.py.)
-"""
+"""The lessons' sbatch scripts ask for GPUs, say where training runs (the GPUs PyTorch
+sees, else the CPUs), stop in one line when Slurm gave GPUs PyTorch cannot see, and start
+every node's torchrun with the checked Python, sbatch's CPUs and the node's own address.
+Each runs in bash with Slurm's variables and stand-ins for scontrol, srun and the Python.
+(For real, on CPUs: lesson 04's notebook and tests/test_05_slurm.py.)"""
 
 import os
 import re
@@ -30,15 +25,9 @@ ASKED = {
 
 
 def batch_step(name: str, cwd: Path, path: str = "/usr/bin:/bin", **variables: str):
-    """Run slurm/<name> as Slurm's batch step would, with `variables` in its environment
-    and `path` as its PATH."""
+    """Run slurm/<name> as Slurm's batch step would, with `variables` and PATH `path`."""
     lesson, arguments = SCRIPTS[name]
-    environment = {
-        **os.environ,
-        "PATH": path,
-        "SLURM_SUBMIT_DIR": str(lesson),
-        **variables,
-    }
+    environment = {**os.environ, "PATH": path, "SLURM_SUBMIT_DIR": str(lesson), **variables}
     for variable in ("SLURM_JOB_NODELIST", "SLURM_JOB_ID", "SLURM_NNODES", "PYTHON", "DDP_DEVICE"):
         if variable not in variables:
             environment.pop(variable, None)  # any use of them would fail under `set -u`
@@ -57,14 +46,10 @@ def test_a_python_without_torch_is_named_in_one_line(name, tmp_path):
     )
 
 
-# Stand-ins, each a small bash script. scontrol: a job on node1 and node2, whose
-# addresses are 10.9.0.1 and 10.9.0.2, its list of nodes written in two parts, as
-# scontrol writes a long one (a reader that stops after the first line ends the writer
-# with SIGPIPE, and under `set -o pipefail` the job with it). srun: runs its command
-# once per node, as that node (SLURMD_NODENAME), after saying what CPUs per task it
-# passes on. The Python: says it sees $GPUS_SEEN GPUs, and as torchrun (-m
-# torch.distributed.run) reports its node, its own path, DDP_DEVICE and its arguments,
-# instead of starting anything.
+# scontrol: node1 and node2 at 10.9.0.1 and .2, listed in two writes as a long list is (a
+# reader that stops after the first line ends it with SIGPIPE, and `pipefail` the job).
+# srun: says the CPUs per task it passes on, then runs its command as each node. The
+# Python: sees $GPUS_SEEN GPUs, and as torchrun reports what it was given.
 STAND_INS = {
     "scontrol": """#!/bin/bash
 case "$1 $2" in
@@ -96,21 +81,12 @@ def run_with_stand_ins(name: str, tmp_path: Path, gpus_seen: int, status=0, **va
     for program, text in STAND_INS.items():
         (tmp_path / program).write_text(text)
         (tmp_path / program).chmod(0o755)
-    result = batch_step(
-        name,
-        tmp_path,
-        # The stand-ins come first on PATH; the real python3 must not be needed.
-        path=f"{tmp_path}{os.pathsep}/usr/bin{os.pathsep}/bin",
-        PYTHON=str(tmp_path / "python"),
-        GPUS_SEEN=str(gpus_seen),
-        SLURM_JOB_NODELIST="node[1-2]",
-        SLURM_JOB_ID="4242",
-        SLURM_JOB_NUM_NODES="2",
-        SLURM_NNODES="2",
-        SLURM_CPUS_PER_TASK="2",
-        RDZV_PORT="29555",
-        **variables,
-    )
+    job = dict(SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="2")
+    job |= dict(SLURM_NNODES="2", SLURM_CPUS_PER_TASK="2", RDZV_PORT="29555")
+    stand_ins = dict(PYTHON=str(tmp_path / "python"), GPUS_SEEN=str(gpus_seen))
+    # The stand-ins come first on PATH; the real python3 must not be needed.
+    path = f"{tmp_path}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    result = batch_step(name, tmp_path, path, **stand_ins, **job, **variables)
     assert result.returncode == status, result
     return result
 
@@ -162,8 +138,7 @@ def test_gpus_that_pytorch_sees_train_on_nccl_however_they_were_asked_for(name, 
 
 
 def sbatch_options(path) -> tuple[list[str], list[str]]:
-    """(the #SBATCH lines before the script's first command, those after it): sbatch
-    reads the first only, and ignores the others without a word."""
+    """(#SBATCH lines before the first command, those after it, which sbatch ignores)."""
     before, after, commands_began = [], [], False
     for line in path.read_text().splitlines():
         stripped = line.strip()
@@ -181,16 +156,9 @@ def test_the_scripts_ask_for_gpus_per_node_before_their_first_command(name):
 
 
 def test_lesson_04_asks_for_the_early_signal_to_the_batch_script_and_a_requeue():
-    """What lesson 03 part 3 and lesson 04 say the script asks of Slurm, and the trap
-    that acts on it (the notebook sends the same signal with scancel --batch)."""
+    """What lessons 03 and 04 say the script asks of Slurm, and the trap acting on it."""
     script = REPO / "04_multinode" / "slurm" / "multinode.sbatch"
     before, _ = sbatch_options(script)
     assert "#SBATCH --signal=B:USR1@120" in before and "#SBATCH --requeue" in before
     trap = next(line for line in script.read_text().splitlines() if line.startswith("trap "))
     assert trap.endswith(" USR1") and 'scontrol requeue "$SLURM_JOB_ID"' in trap
-
-
-def test_sbatch_options_after_a_command_are_found(tmp_path):
-    script = tmp_path / "late.sbatch"
-    script.write_text("#!/bin/bash\n#SBATCH --nodes=2\n\nset -e\n#SBATCH --requeue\n")
-    assert sbatch_options(script) == (["#SBATCH --nodes=2"], ["#SBATCH --requeue"])

@@ -2,7 +2,6 @@
 rank-prefixed logging, one-line argument errors, the dataset, showing source, the
 stop request that names the first signal heard, and which agent a stop signals."""
 
-import io
 import os
 import signal
 
@@ -16,16 +15,6 @@ from common.data import SyntheticRegression
 from common.models import regression_model
 from common.preemption import STOP_SIGNALS, StopRequest
 from common.source import definition_text, diff_text
-
-# A script started without torchrun, or given a wrong argument, says so in one line with
-# the command that launches it: tests/test_scripts.py, on every lesson script.
-TORCHRUN_ENV = {
-    "RANK": "3",
-    "LOCAL_RANK": "1",
-    "WORLD_SIZE": "4",
-    "MASTER_ADDR": "127.0.0.1",
-    "MASTER_PORT": "29999",
-}
 
 
 def test_device_follows_hardware_and_override(monkeypatch):
@@ -50,12 +39,6 @@ def test_asking_for_cuda_without_a_gpu_is_one_clear_line(monkeypatch):
         distributed.device_type()
 
 
-def test_torchrun_env_reads_what_torchrun_sets(monkeypatch):
-    for name, value in TORCHRUN_ENV.items():
-        monkeypatch.setenv(name, value)
-    assert distributed.torchrun_env("torchrun x.py") == (1, 3, 4)
-
-
 @pytest.mark.parametrize(
     "local_world_size, master_addr, interface_set",
     [
@@ -65,16 +48,16 @@ def test_torchrun_env_reads_what_torchrun_sets(monkeypatch):
         ("2", "node1", False),  # two agents on two machines: the address is lesson 04's
     ],
 )
-def test_gloo_uses_loopback_only_when_the_whole_world_is_on_this_machine(
+def test_torchrun_env_reads_torchruns_variables_and_gloo_uses_loopback_only_for_one_machine(
     local_world_size, master_addr, interface_set, monkeypatch
 ):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "")  # so that monkeypatch restores it after
     monkeypatch.delenv("GLOO_SOCKET_IFNAME")
-    values = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "MASTER_PORT": "1"}
+    values = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "MASTER_PORT": "1"}
     values |= {"MASTER_ADDR": master_addr, "LOCAL_WORLD_SIZE": local_world_size}
     for name, value in values.items():
         monkeypatch.setenv(name, value)
-    distributed.torchrun_env("torchrun ...")
+    assert distributed.torchrun_env("torchrun ...") == (1, 3, 4)
     loopback = distributed.loopback_interface()
     assert loopback in ("lo", "lo0")
     assert os.environ.get("GLOO_SOCKET_IFNAME") == (loopback if interface_set else None)
@@ -86,35 +69,24 @@ def test_a_gloo_interface_you_chose_is_kept(monkeypatch):
     assert os.environ["GLOO_SOCKET_IFNAME"] == "eth7"
 
 
-class CountingStdout(io.StringIO):
-    def __init__(self):
-        super().__init__()
-        self.writes = 0
-
-    def write(self, text):
-        self.writes += 1
-        return super().write(text)
+class Writes(list):  # sys.stdout that keeps each write apart
+    write, flush = list.append, lambda self: None
 
 
 def test_log_is_one_write_per_line_prefixed_with_the_rank_and_log0_is_rank_0s(monkeypatch):
     monkeypatch.setenv("RANK", "2")
-    out = CountingStdout()
-    monkeypatch.setattr("sys.stdout", out)
+    monkeypatch.setattr("sys.stdout", writes := Writes())
     distributed.log("epoch 1 | loss 0.5")
     distributed.log0("only rank 0 says this")
-    assert out.getvalue() == "[rank2] epoch 1 | loss 0.5\n"
-    assert out.writes == 1  # line and newline together: no interleaving mid-line
+    assert writes == ["[rank2] epoch 1 | loss 0.5\n"]  # line and newline in one write
     monkeypatch.setenv("RANK", "0")
     distributed.log0("the loss, averaged over ranks")
-    assert out.getvalue().endswith("\n[rank0] the loss, averaged over ranks\n")
+    assert writes[1:] == ["[rank0] the loss, averaged over ranks\n"]
 
 
 def test_dataset_is_the_same_everywhere_and_depends_on_the_seed():
-    first, again, other = (
-        SyntheticRegression(64, seed=0),
-        SyntheticRegression(64),
-        SyntheticRegression(64, seed=1),
-    )
+    first, again = SyntheticRegression(64, seed=0), SyntheticRegression(64)
+    other = SyntheticRegression(64, seed=1)
     torch.manual_seed(123)  # the global random state must not matter
     assert torch.equal(first.inputs, again.inputs) and torch.equal(first.targets, again.targets)
     assert not torch.equal(first.inputs, other.inputs)
@@ -127,7 +99,7 @@ def test_model_start_is_seeded():
     assert torch.equal(a.weight, b.weight) and not torch.equal(a.weight, c.weight)
 
 
-def test_source_reads_definitions_and_diffs(tmp_path):
+def test_source_reads_definitions_and_diffs_whole_or_one_idea_at_a_time(tmp_path):
     old = tmp_path / "old.py"
     new = tmp_path / "new.py"
     old.write_text('"""Old: all about it."""\n\nimport os\n\n\ndef f():\n    return 1\n')
@@ -142,11 +114,7 @@ def test_source_reads_definitions_and_diffs(tmp_path):
     with pytest.raises(LookupError, match="no function or class named 'g'"):
         definition_text(old, "g")
     assert "def main" in definition_text(REPO / "00_intro" / "hello_torchrun.py", "main")
-
-
-def test_a_diff_can_be_shown_one_idea_at_a_time(tmp_path):
-    old = tmp_path / "old.py"
-    new = tmp_path / "new.py"
+    # One idea at a time: a definition left out, or the only one shown.
     old.write_text('"""Old."""\n\n\ndef setup():\n    return 1\n\n\nclass T:\n    x = 1\n')
     new.write_text('"""New."""\n\n\ndef setup():\n    return 2\n\n\nclass T:\n    x = 3\n')
     first = diff_text(old, new, leave_out=("T",))
@@ -201,9 +169,8 @@ def test_a_figure_is_described_by_its_titles():
 
 @pytest.mark.parametrize("shared", ["True", "False"])
 def test_only_torchruns_shared_store_gets_a_prefix_per_attempt(monkeypatch, shared):
-    """The shared store keeps the dead attempts' keys: each attempt meets under its own
-    prefix. A store of the attempt's own has none; a prefix there would split agents that
-    counted their restarts differently (several nodes)."""
+    """The shared store keeps dead attempts' keys: each attempt meets under its own prefix.
+    A store of the attempt's own needs none (a prefix would split agents on several nodes)."""
     store = distributed.dist.HashStore()
     monkeypatch.setattr(distributed.dist, "rendezvous", lambda url: iter([(store, 0, 1)]))
     monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", shared)
@@ -215,8 +182,7 @@ def test_only_torchruns_shared_store_gets_a_prefix_per_attempt(monkeypatch, shar
 
 
 def test_a_stop_request_names_the_first_signal_it_heard():
-    """Slurm may send SIGUSR1 early (--signal) and SIGTERM at the limit: the log names the
-    first, the one the stop answered."""
+    """Slurm may send SIGUSR1 early (--signal), then SIGTERM: the stop answered the first."""
     before = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     try:
         request = StopRequest()

@@ -5,6 +5,7 @@ run, the exit code) and leave out only the interpreter's teardown."""
 import os
 import subprocess
 
+import pytest
 from conftest import PYTHON, REPO, lesson_scripts
 
 SCRIPT = """
@@ -19,35 +20,27 @@ kept = Finalized()
 atexit.register(lambda: print("exit handler ran"))
 sys.stdout.write("buffered, not flushed")
 sys.stderr.write("to stderr")
-end_process({code})
+end_process(3)
 print("not reached")
 """
 
 
-def ends(code: int, **environment: str) -> subprocess.CompletedProcess:
-    # Output to a pipe is block-buffered: nothing is written before end_process flushes.
+@pytest.mark.parametrize("teardown", ["", "python"], ids=["end_process", "COURSE_TEARDOWN=python"])
+def test_output_exit_handlers_and_the_exit_code_survive_and_the_teardown_is_skipped(teardown):
+    """COURSE_TEARDOWN=python: the stress script's switch (--python_teardown), the old ending."""
     variables = {name: value for name, value in os.environ.items() if name != "COURSE_TEARDOWN"}
-    return subprocess.run(
-        [PYTHON, "-c", SCRIPT.format(code=code)],
+    # Output to a pipe is block-buffered: nothing is written before end_process flushes.
+    result = subprocess.run(
+        [PYTHON, "-c", SCRIPT],
         capture_output=True,
         text=True,
         timeout=120,
-        env=variables | environment,
+        env=variables | ({"COURSE_TEARDOWN": teardown} if teardown else {}),
     )
-
-
-def test_output_exit_handlers_and_the_exit_code_survive_and_the_teardown_is_skipped():
-    result = ends(3)
     assert result.returncode == 3  # the one given, not a normal exit's 0
-    assert result.stdout == "buffered, not flushedexit handler ran\n"
+    ran = "buffered, not flushedexit handler ran\n"
+    assert result.stdout == ran + ("teardown ran\n" if teardown else "")
     assert result.stderr == "to stderr"
-
-
-def test_course_teardown_python_ends_as_scripts_did_before_end_process():
-    """The stress script's switch (--python_teardown): the same scripts, the old ending."""
-    result = ends(3, COURSE_TEARDOWN="python")
-    assert result.returncode == 3
-    assert "teardown ran" in result.stdout and "not reached" not in result.stdout
 
 
 def test_every_lesson_script_that_joins_a_process_group_ends_through_it():

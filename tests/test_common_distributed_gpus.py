@@ -1,12 +1,6 @@
 """Where one GPU per process cannot work, `device_for` says so in one line, on every
-process, before CUDA does (with "invalid device ordinal" on some processes, or nccl's
-"Duplicate GPU detected").
-
-No GPU here: each test fakes a machine with a number of GPUs (`torch.accelerator`'s
-`current_accelerator` and `device_count`, `torch.cuda.set_device`), and torchrun's
-environment, also on a GPU machine. On a real GPU only the fitting case has run (one
-process on one GPU, through the GPU mode: docs/gpus.md).
-"""
+process, before CUDA does ("invalid device ordinal", nccl's "Duplicate GPU detected").
+Each case fakes the machine's GPUs and torchrun's environment, also on a GPU machine."""
 
 import pytest
 import torch
@@ -25,20 +19,16 @@ TWO_AGENTS = (
 )
 HERE = {"MASTER_ADDR": "127.0.0.1"}
 TWO_HERE = {"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"} | HERE
+VIRTUAL = {"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "4"} | HERE
 AGENTS = {"GROUP_WORLD_SIZE": "2"} | HERE  # torchrun agents on this machine, playing nodes
 AGENT_OF_2 = {"LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2"} | AGENTS
+NODE_OF_4 = {"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8"} | AGENTS | {"MASTER_ADDR": "node1"}
 
 # id: (GPUs, torchrun's variables, local rank, the device it gets or the line it stops with)
 CASES = {
     **{
-        f"local rank {rank} of 4 on 4 GPUs takes GPU {rank}": (
-            4,
-            {"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8", "GROUP_WORLD_SIZE": "2"}
-            | {"MASTER_ADDR": "node1"},
-            rank,
-            f"cuda:{rank}",
-        )
-        for rank in range(4)
+        f"local rank {r} of 4 on 4 GPUs takes GPU {r}": (4, NODE_OF_4, r, f"cuda:{r}")
+        for r in range(4)
     },
     # More processes than GPUs: both stop, the GPU's owner too.
     "2 processes, 1 GPU: local rank 0": (1, TWO_HERE, 0, TOO_MANY),
@@ -56,12 +46,7 @@ CASES = {
     # torchrun --virtual-local-rank: LOCAL_RANK=0 in every worker, and a
     # CUDA_VISIBLE_DEVICES naming that worker's GPU (its first, its fourth), its only one.
     **{
-        f"virtual local rank, GPU {gpu}": (
-            1,
-            {"LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "4", "CUDA_VISIBLE_DEVICES": gpu} | HERE,
-            0,
-            "cuda:0",
-        )
+        f"virtual local rank, GPU {gpu}": (1, VIRTUAL | {"CUDA_VISIBLE_DEVICES": gpu}, 0, "cuda:0")
         for gpu in ("0", "3")
     },
     # Without --virtual-local-rank the local rank 1 process has no GPU: it stops.

@@ -1,7 +1,5 @@
-"""The launch helper: a notebook cell must fail when its command fails, a hang must be
-killed at its time limit, and nothing the command started may outlive it. (`kill_worker`
-kills the rank it names, and torchrun restarts the job: 03_fault_tolerance's check cell,
-on the notebook's own kill.)"""
+"""The launch helper: a cell fails when its command fails, a hang is killed at its time
+limit, and nothing the command started outlives it. (`kill_worker`: 03's check cell.)"""
 
 import re
 import shlex
@@ -15,12 +13,7 @@ import pytest
 from conftest import PYTHON, REPO, SCRIPTS, is_gone, pids_in
 
 from common.command_line import on_this_machine_only, resolve
-from common.launch import (
-    CommandFailed,
-    CommandTimedOut,
-    run,
-    start,
-)
+from common.launch import CommandFailed, CommandTimedOut, run, start
 from common.output import LineStream
 
 
@@ -49,18 +42,12 @@ def test_python_and_torchrun_come_from_the_kernels_environment():
     # The same environment (a venv's prefix), whichever `python` comes first on PATH.
     assert run("python -c 'import sys; print(sys.prefix)'", quiet=True).strip() == sys.prefix
     # torchrun runs as `python -m torch.distributed.run` of this very interpreter.
-    assert resolve(["torchrun", "--standalone", "job.py"]) == [
-        PYTHON,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "job.py",
-    ]
+    module = [PYTHON, "-m", "torch.distributed.run"]
+    assert resolve(["torchrun", "--standalone", "job.py"]) == [*module, "--standalone", "job.py"]
 
 
 def test_a_failed_command_raises_with_its_status_its_output_and_its_last_lines():
-    # nbmake's and CI's logs show the exception, not the cell's output: the reason must
-    # be in the exception itself. 41 lines printed, the last 15 in the message.
+    # nbmake's and CI's logs show the exception, not the cell's output: the last 15 of 41.
     script = "import sys\nfor i in range(40): print(f'line {i}')\n"
     script += "print('the reason', file=sys.stderr); raise SystemExit(3)"
     with pytest.raises(CommandFailed, match="exited with status 3") as failure:
@@ -86,14 +73,17 @@ def test_port_placeholder_becomes_a_free_port():
 
 @pytest.fixture
 def short_grace(monkeypatch):
-    """orphan_maker's child ignores SIGTERM: it ends at the SIGKILL that follows the grace
-    period, here shortened."""
+    """orphan_maker's child ignores SIGTERM: it ends at the SIGKILL after the grace period."""
     monkeypatch.setattr("common.processes.GRACE_SECONDS", 0.5)
 
 
-def test_a_hang_in_a_new_session_is_killed_at_the_time_limit(short_grace):
-    with pytest.raises(CommandTimedOut, match="time limit of 1 s") as timeout:
-        hanging().wait(timeout=1)
+@pytest.mark.parametrize("wait", ["wait", "wait_for"])
+def test_a_hang_in_a_new_session_is_killed_at_the_time_limit(short_grace, wait):
+    command = hanging()
+    with pytest.raises(CommandTimedOut) as timeout:
+        command.wait(timeout=1) if wait == "wait" else command.wait_for("never", timeout=1)
+    said = "did not end" if wait == "wait" else "printed no line matching 'never'"
+    assert f"{said} within its time limit of 1 s; killed" in str(timeout.value)
     assert both_gone(timeout.value.output)
 
 
@@ -104,13 +94,11 @@ def test_orphans_left_by_a_finished_command_are_killed(short_grace):
 
 
 def test_interrupt_kills_the_workers_and_reraises():
-    """The notebook's stop button sends SIGINT to the kernel: run() must kill the
-    workers and let the KeyboardInterrupt through."""
+    """The stop button sends SIGINT to the kernel: run() kills the workers and re-raises."""
     script = SCRIPTS / "hanging_workers.py"
     code = (
-        # As a Jupyter kernel does, SIGINT raises KeyboardInterrupt here, whatever this
-        # test's process hands its children: a SIGINT ignored or blocked there is inherited
-        # (seen twice in tests-only runs: the kernel waited on, its main thread in run()).
+        # SIGINT raises KeyboardInterrupt, as in a Jupyter kernel, even if this test's
+        # process ignores or blocks it (its children would inherit that).
         "import faulthandler, signal\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
@@ -142,20 +130,15 @@ def test_interrupt_kills_the_workers_and_reraises():
     assert all(is_gone(pid) for pid in seen)
 
 
-def test_background_commands_wait_for_a_line_then_end(capsys):
+def test_background_commands_wait_for_a_line_then_end_each_with_its_own_output(capsys):
     first = start("python -c \"print('step 1'); print('step 2')\"", label="a")
+    other = start("python -c \"print('other')\"", label="b", quiet=True)
     assert first.wait_for(r"step \d", timeout=60) == "step 1\n"
     assert first.wait_for("step 2", timeout=60) == "step 2\n"
+    assert other.wait(timeout=60) == "other\n"
     assert first.wait(timeout=60) == "step 1\nstep 2\n"
     shown = capsys.readouterr().out
     assert "[a] step 1\n[a] step 2\n" in shown  # each line labelled with its command
-
-
-def test_two_commands_side_by_side_keep_their_own_output():
-    left = start("python -c \"print('left')\"", label="node0", quiet=True)
-    right = start("python -c \"print('right')\"", label="node1", quiet=True)
-    assert right.wait(timeout=60) == "right\n"
-    assert left.wait(timeout=60) == "left\n"
 
 
 def test_waiting_for_a_line_that_never_comes_fails_when_the_command_ends():
@@ -172,21 +155,10 @@ def test_a_failed_wait_kills_every_running_command():
     assert both_gone(other.output)
 
 
-def test_wait_for_times_out_and_kills():
-    command = hanging()
-    with pytest.raises(CommandTimedOut, match="printed no line matching 'never'"):
-        command.wait_for("never", timeout=1)
-    assert both_gone(command.output)
-
-
 def test_without_record_the_report_has_no_traceback_and_torchruns_folder_is_removed(tmp_path):
-    """Lesson 03's claim about @record, on an ordinary exception: without it torchrun's
-    report has no traceback (with it, the worker's own: tests/test_03_record.py, on the
-    lesson scripts). torchrun keeps its workers' error files in a folder of its own, which
-    `start` removes, also when torchrun runs inside a wrapper (lesson 04's hosts start it
-    in `ip netns exec ... sh -c`): torchrun's default is a new torchelastic_* folder in
-    the temporary folder, left there after every launch. (That a standalone worker finds
-    the store at 127.0.0.1: tests/test_common_launch_hostname.py.)"""
+    """Without @record torchrun's report has no traceback (with it: tests/test_03_record.py).
+    `start` removes torchrun's folder of error files (its default stays in the temporary
+    folder), also when torchrun runs inside a wrapper (lesson 04's `ip netns exec ... sh -c`)."""
     children_temp = tmp_path / "temp"  # where torchrun would put its default folder
     children_temp.mkdir()
     script = f"torchrun --standalone --nproc_per_node=1 {SCRIPTS / 'raises_in_worker.py'}"
@@ -203,30 +175,20 @@ def test_without_record_the_report_has_no_traceback_and_torchruns_folder_is_remo
     assert list(children_temp.iterdir()) == []
 
 
-# What Python 3.13 prints for `raise KeyError(('0', 0))` when FORCE_COLOR is set, as
-# a Jupyter kernel sets it: lesson 04's hangs check read this and failed.
-COLOURED = "\x1b[1;35mKeyError\x1b[0m: \x1b[35m('0', 0)\x1b[0m"
-
-
-def test_a_command_started_from_a_kernel_writes_plain_text(monkeypatch):
-    """A kernel's FORCE_COLOR=1 does not reach the command: Python's own switch and the
-    common convention say no colour, whatever Python runs it."""
+def test_a_command_started_from_a_kernel_writes_plain_text(monkeypatch, tmp_path):
+    """A kernel's FORCE_COLOR=1 does not reach the command (Python's own switch and the
+    common convention say no colour), and escape codes a tool writes anyway are removed."""
     monkeypatch.setenv("FORCE_COLOR", "1")
     monkeypatch.setenv("CLICOLOR_FORCE", "1")
     show = "import os; print(sorted((k, v) for k, v in os.environ.items() if 'COLO' in k))"
     seen = run(f'python -c "{show}"', quiet=True)
     assert seen.strip() == "[('NO_COLOR', '1'), ('PYTHON_COLORS', '0')]"
-    # and a real traceback, on any Python: plain
     output = run("python -c \"raise KeyError(('0', 0))\"", quiet=True, expect_failure=True)
-    assert "KeyError: ('0', 0)" in output and "\x1b" not in output
-
-
-def test_a_coloured_traceback_reaches_the_check_as_plain_text(tmp_path):
-    """A tool that colours whatever the environment says: the output a cell reads has
-    no escape codes, and lesson 04's hangs check finds the error."""
-    (tmp_path / "coloured.py").write_text(f"print({COLOURED!r})\n")
-    output = run(f"python {tmp_path / 'coloured.py'}", quiet=True)
-    assert output == "KeyError: ('0', 0)\n"
+    assert "KeyError: ('0', 0)" in output and "\x1b" not in output  # on any Python
+    # What Python 3.13 prints for it under FORCE_COLOR, read by lesson 04's hangs check.
+    coloured = "\x1b[1;35mKeyError\x1b[0m: \x1b[35m('0', 0)\x1b[0m"
+    (tmp_path / "coloured.py").write_text(f"print({coloured!r})\n")
+    assert run(f"python {tmp_path / 'coloured.py'}", quiet=True) == "KeyError: ('0', 0)\n"
 
 
 def test_a_line_stream_shows_whole_lines_only(capsys):

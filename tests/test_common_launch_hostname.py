@@ -1,10 +1,6 @@
-"""One-machine launches do not depend on the machine's name. In a UTS namespace whose
-hostname resolves nowhere, torchrun --standalone as the notebooks launch it still meets
-(`common.launch` gives torchrun 127.0.0.1 as its address), and gloo never looks the
-name up (`common.distributed.gloo_over_loopback`): no "Unable to resolve hostname"
-warning. Without the first, the workers retry the store at the name until the time
-limit; without the second, gloo warns and falls back. (And, as 00_intro says, `run` gives
-torchrun OMP_NUM_THREADS=1: its warning for several processes per node never shows.)"""
+"""One-machine launches do not depend on the machine's name: under a hostname that
+resolves nowhere, torchrun meets (`common.launch` gives it 127.0.0.1) and gloo never looks
+the name up (`gloo_over_loopback`). And `run` gives torchrun OMP_NUM_THREADS=1 (00_intro)."""
 
 import shutil
 import subprocess
@@ -15,17 +11,13 @@ from common.ports import free_port
 
 NAME = "no-such-host.invalid"  # .invalid never resolves (RFC 6761)
 
-# Run inside the namespace: prove the premise, then launch as a notebook cell does, each
-# command side by side with the others and its lines labelled with its number.
+# Inside the namespace: prove the premise, then start the commands side by side, labelled.
 LAUNCH = """
-import os, socket, sys
+import contextlib, os, socket, sys
 from common.launch import start
 os.environ.pop("OMP_NUM_THREADS", None)  # as in a learner's kernel (conftest sets it)
-try:
+with contextlib.suppress(OSError):
     socket.getaddrinfo(socket.getfqdn(), None)
-except OSError:
-    pass
-else:
     sys.exit(f"{socket.getfqdn()} resolves: this test would prove nothing")
 commands = [start(c, cwd=sys.argv[1], label=str(i)) for i, c in enumerate(sys.argv[2:])]
 for command in commands:
@@ -45,7 +37,7 @@ def why_no_uts_namespace() -> str | None:
 HELLO = "{REPO}/00_intro/hello_torchrun.py"
 TWO_AGENTS = "torchrun --nnodes=2 --nproc_per_node=1 --rdzv_backend=c10d --rdzv_id=t "
 HELLO_SAID = "all_reduce(SUM) of the ranks = 1 (expected 1)"
-# Each command, a line it prints, and how often: hello's once per rank, mp.spawn's once.
+# Each command, a line it prints, and how often.
 LAUNCHES = [
     ("torchrun --standalone --nproc_per_node=2 " + HELLO, HELLO_SAID, 2),
     # Two agents on this machine playing two nodes, as lesson 04 starts them.

@@ -1,8 +1,5 @@
 """Every notebook decides its device once, before its first launch, for every launch it
-makes: on faked machines of 0 to 8 GPUs, all of a notebook's launches get one device.
-(tests/test_common_launch.py shows that the launches inherit the choice and that a launch
-bigger than declared is refused; the CPU suite runs every launch, so every notebook's
-declaration holds for the launches it makes.)"""
+makes: on faked machines of 0 to 8 GPUs, all of a notebook's launches get one device."""
 
 import nbformat
 import pytest
@@ -24,16 +21,10 @@ def test_a_notebook_declares_at_least_every_process_count_it_writes(notebook):
         assert max(written) <= declared["processes_per_machine"], written
 
 
-@pytest.fixture
-def gpus(monkeypatch):
-    """`gpus(n)`: fake a machine whose PyTorch sees n CUDA GPUs."""
-    return lambda count: fake_cuda_gpus(monkeypatch, count)
-
-
 @pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 8])
 @pytest.mark.parametrize("path", lesson_notebooks([]), ids=lambda nb: nb.stem)
-def test_every_launch_of_a_notebook_gets_one_device(path, count, gpus, notebook, capsys):
-    gpus(count)
+def test_every_launch_of_a_notebook_gets_one_device(path, count, monkeypatch, notebook, capsys):
+    fake_cuda_gpus(monkeypatch, count)
     declared = declaration(path)
     device = notebook.choose(**declared)
     needed = declared.get("processes_per_machine", 0)
@@ -56,11 +47,10 @@ def notebook(monkeypatch):
 
 
 @pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 8])
-def test_every_launch_of_a_notebook_runs_where_the_notebook_decided(gpus, notebook, count):
-    """A notebook that starts up to 4 processes per machine runs every launch on the GPUs
-    when there are 4 or more, else on the CPU, the one-process launches too: a notebook
-    compares its launches' results, so they come from one device."""
-    gpus(count)
+def test_every_launch_of_a_notebook_runs_where_the_notebook_decided(monkeypatch, notebook, count):
+    """Up to 4 processes per machine: every launch on 4 or more GPUs, else every launch
+    (one-process ones too) on the CPU, so that its results compare."""
+    fake_cuda_gpus(monkeypatch, count)
     device = notebook.choose(processes_per_machine=4)
     assert device == ("cuda" if count >= 4 else "cpu")
     seen = {
@@ -70,8 +60,8 @@ def test_every_launch_of_a_notebook_runs_where_the_notebook_decided(gpus, notebo
     assert seen == {f"DDP_DEVICE {device}\n"}
 
 
-def test_the_notebook_says_once_where_it_runs(gpus, notebook, capsys):
-    gpus(2)
+def test_the_notebook_says_once_where_it_runs(monkeypatch, notebook, capsys):
+    fake_cuda_gpus(monkeypatch, 2)
     notebook.choose(processes_per_machine=4)
     assert capsys.readouterr().out == (
         "Every launch of this notebook runs on the CPU (gloo): 2 GPU(s) here, and it starts "
@@ -86,15 +76,15 @@ def test_the_notebook_says_once_where_it_runs(gpus, notebook, capsys):
     assert run(SHOW_DEVICE, quiet=True) == "DDP_DEVICE cpu\n"
 
 
-def test_a_device_set_before_the_notebook_wins(gpus, notebook, capsys, monkeypatch):
-    gpus(8)
+def test_a_device_set_before_the_notebook_wins(notebook, capsys, monkeypatch):
+    fake_cuda_gpus(monkeypatch, 8)
     monkeypatch.setenv("DDP_DEVICE", "cpu")
     assert notebook.choose(processes_per_machine=2) == "cpu"
     assert capsys.readouterr().out == "DDP_DEVICE=cpu was set: every launch runs there\n"
 
 
-def test_a_launch_bigger_than_the_notebook_declared_is_refused(gpus, notebook):
-    gpus(0)
+def test_a_launch_bigger_than_the_notebook_declared_is_refused(monkeypatch, notebook):
+    fake_cuda_gpus(monkeypatch, 0)
     notebook.choose(processes_per_machine=2)
     with pytest.raises(ValueError, match=r"starts 3 processes per machine, but this notebook "):
         run(f"{SHOW_DEVICE} --nproc_per_node=3", quiet=True)

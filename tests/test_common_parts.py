@@ -1,30 +1,16 @@
 """A part of a notebook that cannot run here is skipped saying why, listed in pytest's
 summary, and a failure under COURSE_STRICT=1 (common.parts, course/pytest_hooks.py)."""
 
-import json
 import re
 
+import nbformat
 import pytest
 from conftest import run_nbmake
 
 from common import parts
 
-NOTEBOOK = {
-    "cells": [
-        {
-            "cell_type": "code",
-            "id": "demo",
-            "execution_count": None,
-            "metadata": {},
-            "outputs": [],
-            "source": "from common import parts\n"
-            'assert parts.unavailable("The demo part", "nothing to run it on") is not None',
-        }
-    ],
-    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}
+CELL = 'from common import parts\nassert parts.unavailable("The demo part", "nothing to run it on")'
+KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3"}}
 
 
 @pytest.fixture
@@ -52,7 +38,8 @@ def test_a_part_that_cannot_run_says_why_and_is_recorded(
 
 @pytest.mark.parametrize("strict", [False, True], ids=["skipped", "strict"])
 def test_pytest_lists_a_notebooks_skipped_part_or_fails_it(environment, tmp_path, strict):
-    (tmp_path / "demo.ipynb").write_text(json.dumps(NOTEBOOK))
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL)], metadata=KERNEL)
+    nbformat.write(notebook, tmp_path / "demo.ipynb")
     strict_mode = {"COURSE_STRICT": "1"} if strict else {}
     result = run_nbmake(tmp_path, "-p", "course.pytest_hooks", "demo.ipynb", env=strict_mode)
     if strict:

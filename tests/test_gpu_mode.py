@@ -1,36 +1,19 @@
-"""GPU mode: the lesson scripts on CUDA GPUs with nccl, one process per GPU (up to 4),
-asserting what the lessons claim (the ring equals all_reduce, each process on its own
-GPU, replicas that end equal, exact resume after a crash, a model that learns).
-
-The GPU mode's own test: it runs where PyTorch sees CUDA GPUs, or where
-COURSE_TEST_DEVICE says where (`python -m course.gpu_mode` sets it; its `--device cpu`
-runs this module with gloo and 2 processes). A test that needs more processes than
-there are GPUs skips, saying how many it needs (the GPU mode lists it). On the CPU the
-plain suite skips this module: there each claim is already proven on the notebooks'
-and the tests' own launches, with gloo and 2 to 4 processes:
-- each rank joins and all_reduce sums the ranks: 00_intro's check cell (2, 3, 4 ranks);
-- the ring equals dist.all_reduce: 01_theory's check cell (2 and 4 ranks),
-  tests/test_common_ring.py (4, 3 and 2) and tests/test_01_theory.py (a world of 1);
-- every tensor of the trainer on the process's own device: on a CPU there is one;
-  the choice of cuda:<local rank> is tests/test_common_distributed_gpus.py's, on faked GPUs;
-- DDP makes the replicas equal: 01_theory's check cell and tests/test_01_theory.py;
-- multigpu.py under mp.spawn trains and saves model.module: 02_multigpu's check cell;
-- communication hooks (bytes sent, DDP's average by hand): 02 part 3's check cell;
-- SyncBatchNorm by all-reduce equals one process, nn.SyncBatchNorm refused on the
-  CPU: 02 part 2's check cell;
-- static_graph stops the silent drift: 02 part 3's check cell;
-- a stop heard by one rank, agreed by all, resumes exactly: 03 part 3's check cell;
-- a crash and restart end with the uninterrupted weights and random states: 03's
-  check cell;
-- every rank gets its own generators back: tests/test_common_random_state.py (this module
-  runs its very `check_world` on the GPUs);
-- the GPT learns: 05_mingpt's check cells, and tests/test_05_training.py.
-(The suite forces the rest of the tests onto the CPU: conftest.)
-
-GPU runs are bit for bit repeatable only with deterministic cuBLAS, so the launches
-set CUBLAS_WORKSPACE_CONFIG=:4096:8 (PyTorch's "Reproducibility" notes); nccl's sum
-is the same from run to run for the same GPUs and sizes.
-"""
+"""GPU mode: what the lessons claim, asserted with the lesson scripts on CUDA GPUs with
+nccl, one process per GPU (up to 4). It runs where PyTorch sees CUDA GPUs or where
+COURSE_TEST_DEVICE says (`python -m course.gpu_mode`; `--device cpu`: gloo, 2 processes);
+a test needing more GPUs than here skips, saying how many. The plain CPU suite skips the
+module, each claim being proven there on gloo with 2 to 4 processes:
+- all_reduce sums the ranks: 00_intro's check cell;
+- the ring equals all_reduce: 01_theory's check cell, test_common_ring.py, test_01_theory.py;
+- each process's tensors on its own device: test_common_distributed_gpus.py (faked GPUs);
+- DDP's replicas end equal: 01_theory's check cell and test_01_theory.py;
+- mp.spawn trains and saves model.module: 02_multigpu's check cell;
+- hooks and static_graph: 02 part 3's check cell; SyncBatchNorm: 02 part 2's;
+- a stop agreed by all resumes exactly: 03 part 3's check cell; crash and restart: 03's;
+- each rank's own generators back: test_common_random_state.py (its `check_world` runs here);
+- the GPT learns: 05_mingpt's check cells and test_05_training.py.
+The launches set CUBLAS_WORKSPACE_CONFIG=:4096:8: GPU runs repeat bit for bit only with
+deterministic cuBLAS (PyTorch's "Reproducibility" notes)."""
 
 import math
 import os
@@ -48,8 +31,7 @@ from common.ports import free_port
 
 
 def suite_device() -> tuple[str, int]:
-    """(device, processes) for this module: CUDA with one process per GPU (at most 4)
-    where PyTorch sees GPUs, the CPU with 2 where COURSE_TEST_DEVICE=cpu asks for it."""
+    """(device, processes): CUDA with one process per GPU (at most 4), or the CPU with 2."""
     forced = os.environ.get("COURSE_TEST_DEVICE", "")
     if forced not in ("", "cpu", "cuda"):
         pytest.fail(f"COURSE_TEST_DEVICE={forced!r}: use cpu or cuda")
@@ -62,8 +44,7 @@ def suite_device() -> tuple[str, int]:
 
 
 if not os.environ.get("COURSE_TEST_DEVICE") and not torch.cuda.is_available():
-    # Not a skip to fail under COURSE_STRICT=1: a CPU machine has no GPU mode to test,
-    # and each claim here is proven on the CPU where the docstring says.
+    # Not a skip to fail under COURSE_STRICT=1: the docstring says where the CPU proves each.
     pytest.skip(  # noqa: TID251
         "the GPU mode's test: runs on CUDA GPUs (or with COURSE_TEST_DEVICE); "
         "on the CPU its claims are the notebooks' and tests' (its docstring lists where)",
@@ -76,23 +57,19 @@ ENVIRONMENT = {"DDP_DEVICE": DEVICE, "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
 
 def needs_processes(fewest: int) -> None:
-    """Skip, saying so, a test that needs more processes than this machine has GPUs (the
-    GPU mode's table counts and lists it). On the CPU the module runs 2: never skipped."""
+    """Skip, saying so, a test needing more GPUs than here (the GPU mode lists it)."""
     if PROCESSES < fewest and DEVICE == "cuda":
         pytest.skip(f"needs {fewest} GPUs")  # noqa: TID251
     assert PROCESSES >= fewest, f"needs {fewest} processes; on the CPU this module runs {PROCESSES}"
 
 
-def launch(command: str, folder, timeout: int = 240, env: dict | None = None) -> str:
-    return run(command, cwd=folder, timeout=timeout, quiet=True, env={**ENVIRONMENT, **(env or {})})
+def launch(command: str, folder, timeout: int = 240) -> str:
+    return run(command, cwd=folder, timeout=timeout, quiet=True, env=ENVIRONMENT)
 
 
-def torchrun(script: str, arguments: str, folder, **options) -> str:
-    return launch(
-        f"torchrun --standalone --nproc_per_node={PROCESSES} {REPO / script} {arguments}",
-        folder,
-        **options,
-    )
+def torchrun(script: str, arguments: str, folder, timeout: int = 240) -> str:
+    command = f"torchrun --standalone --nproc_per_node={PROCESSES} {REPO / script} {arguments}"
+    return launch(command, folder, timeout)
 
 
 def test_each_process_joins_on_its_own_device_and_sums(tmp_path):
@@ -100,26 +77,19 @@ def test_each_process_joins_on_its_own_device_and_sums(tmp_path):
     expected = sum(range(PROCESSES))
     for rank in range(PROCESSES):
         device = f"cuda:{rank}" if DEVICE == "cuda" else "cpu"  # one machine: local = global
-        assert f"local_rank={rank} world_size={PROCESSES} backend={BACKEND} device={device}" in (
-            output
-        )
-        assert f"[rank{rank}] all_reduce(SUM) of the ranks = {expected} (expected {expected})" in (
-            output
-        )
+        joined = f"local_rank={rank} world_size={PROCESSES} backend={BACKEND} device={device}"
+        summed = f"[rank{rank}] all_reduce(SUM) of the ranks = {expected} (expected {expected})"
+        assert joined in output and summed in output, output
 
 
 def test_the_ring_equals_all_reduce_on_the_device(tmp_path):
-    output = torchrun(
-        "01_theory/ring_allreduce.py", "--max-size 16KB --repeats 1", tmp_path, timeout=300
-    )
-    assert f"the ring equals dist.all_reduce on {PROCESSES} ranks: every size, every dtype" in (
-        output
-    )
+    output = torchrun("01_theory/ring_allreduce.py", "--max-size 16KB --repeats 1", tmp_path, 300)
+    said = f"the ring equals dist.all_reduce on {PROCESSES} ranks: every size, every dtype"
+    assert said in output, output
 
 
 def test_the_trainer_s_tensors_live_on_each_process_s_own_device(tmp_path):
-    script = "tests/scripts/where_tensors_live.py"
-    output = torchrun(script, "", tmp_path)
+    output = torchrun("tests/scripts/where_tensors_live.py", "", tmp_path)
     for rank in range(PROCESSES):  # one machine: local rank = rank
         wanted = f"cuda:{rank}" if DEVICE == "cuda" else "cpu"
         where = f"['{wanted}']"
@@ -166,9 +136,8 @@ def test_sync_batchnorm_equals_one_process_on_the_device(tmp_path):
         assert float(gaps["torch"]) < 1e-5, output
     else:
         assert "torch" not in gaps, output
-        assert "nn.SyncBatchNorm is refused on cpu: SyncBatchNorm layers only work with GPU" in (
-            output
-        )
+        refused = "nn.SyncBatchNorm is refused on cpu: SyncBatchNorm layers only work with GPU"
+        assert refused in output, output
     assert float(gaps["synced"]) < 1e-5 < 1e-2 < float(gaps["local"]), output
 
 
@@ -206,12 +175,9 @@ def test_a_stop_heard_by_one_rank_resumes_with_the_weights_of_a_run_without_one(
 def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path):
     script = "03_fault_tolerance/multigpu_torchrun.py"
     torchrun(script, "8 2 --snapshot_path clean.pt", tmp_path)
+    command = f"torchrun --standalone --nproc_per_node={PROCESSES} --max-restarts=1 {REPO / script}"
     job = start(
-        f"torchrun --standalone --nproc_per_node={PROCESSES} --max-restarts=1 "
-        f"{REPO / script} 8 2 --snapshot_path restarted.pt",
-        cwd=tmp_path,
-        quiet=True,
-        env=ENVIRONMENT,
+        f"{command} 8 2 --snapshot_path restarted.pt", cwd=tmp_path, quiet=True, env=ENVIRONMENT
     )
     job.wait_for(r"^\[rank0\] epoch 2 \|", timeout=120)
     job.kill_worker(PROCESSES - 1)  # from outside, wherever it is by then: epoch 3 or later
@@ -229,9 +195,8 @@ def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path)
 
 
 def test_every_rank_gets_its_own_generators_back_on_the_device(monkeypatch):
-    """common.random_state with dropout drawing from each GPU's CUDA generator (the
-    crash test above compares the saved states, which a broken restore of a generator
-    nothing draws from would pass)."""
+    """Dropout draws from each GPU's CUDA generator (the crash test above compares saved
+    states only, which a broken restore of a generator nothing draws from would pass)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     mp.spawn(check_world, args=(PROCESSES, free_port(), DEVICE), nprocs=PROCESSES, join=True)
 
@@ -246,10 +211,8 @@ def test_the_gpt_learns_on_the_device(tmp_path):
     )
     output = torchrun("05_mingpt/main.py", f"--data {text} {settings}", tmp_path, timeout=300)
     vocabulary = int(re.search(r"(\d+) distinct characters", output).group(1))
-    losses = [
-        float(loss)
-        for loss in re.findall(r"end of epoch \d/2: .* validation loss ([\d.]+)", output)
-    ]
+    found = re.findall(r"end of epoch \d/2: .* validation loss ([\d.]+)", output)
+    losses = [float(loss) for loss in found]
     assert len(losses) == 2, output
     # Guessing every character alike scores ln(vocabulary); learning does better, and
     # the second epoch better than the first.

@@ -1,10 +1,7 @@
-"""Saves a large snapshot with common.snapshot.save_atomic and kills itself with
-SIGKILL (no clean-up of any kind) once 1 MB of it has been written.
+"""`python die_mid_snapshot.py SNAPSHOT_PATH`: save_atomic a large snapshot, and SIGKILL
+itself (no clean-up of any kind) once 1 MB of it is written."""
 
-    python die_mid_snapshot.py SNAPSHOT_PATH
-"""
-
-import builtins
+import io
 import os
 import signal
 import sys
@@ -14,29 +11,13 @@ import torch
 from common import snapshot
 
 
-class DiesMidWrite:
-    """A file that SIGKILLs its process part-way through being written."""
-
-    def __init__(self, file):
-        self.file, self.written = file, 0
-
+class DiesMidWrite(io.FileIO):  # unbuffered: what it wrote is in the file
     def write(self, data):
-        self.written += len(data)
-        if self.written > 1_000_000:
-            self.file.flush()  # what was written so far is really in the file
+        if self.tell() + len(data) > 1_000_000:
             os.kill(os.getpid(), signal.SIGKILL)
-        return self.file.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self.file, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.file.close()
+        return super().write(data)
 
 
-snapshot.open = lambda *args, **kwargs: DiesMidWrite(builtins.open(*args, **kwargs))
+snapshot.open = DiesMidWrite  # save_atomic's open(temporary, "xb")
 state = {"model": {"weight": torch.zeros(10_000_000)}, "epochs_run": 2}
 snapshot.save_atomic(state, sys.argv[1])

@@ -1,7 +1,4 @@
-"""A torchrun job that never ends: each worker reports its pid, then waits forever.
-
-torchrun --standalone --nproc_per_node=2 hanging_workers.py
-"""
+"""A torchrun job whose workers report their pid, then wait forever."""
 
 import os
 import sys

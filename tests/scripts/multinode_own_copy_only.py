@@ -1,10 +1,5 @@
-"""`04_multinode/multinode.py` without the agreement on one snapshot: what it prevents.
-
-Each rank resumes from the snapshot that it sees itself, if any, as lesson 03 (and the
-reference series) does: `snapshot_placement.newest_snapshot` is replaced by a loader
-of this rank's own copy, then multinode.py runs as it would under torchrun. Launched
-by tests/test_04_multinode.py, with the same arguments as multinode.py.
-"""
+"""`04_multinode/multinode.py` without the agreement on one snapshot: each rank resumes
+from its own copy, if any, as in lesson 03. Takes multinode.py's arguments."""
 
 import runpy
 import sys

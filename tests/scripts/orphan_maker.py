@@ -1,9 +1,6 @@
-"""Starts a child in a session of its own (as torchrun does with its workers), reports
-both pids, then either exits at once ("exit") or waits forever ("hang").
-
-The child answers SIGTERM as a worker with a stop handler does (common.preemption): it
-notes it and goes on, so that only SIGKILL ends it. It says when its handler is in
-place, and only then are the pids reported."""
+"""Starts a child in a session of its own (as torchrun does its workers) that only SIGKILL
+ends (as a worker's stop handler, it goes on after SIGTERM); once its handler is in place,
+reports both pids, then exits ("exit") or waits forever ("hang")."""
 
 import os
 import subprocess

@@ -1,15 +1,8 @@
-"""Run many `python SCRIPT ARGS...` commands fast, each as the interpreter would run it.
-
-Reads a JSON list of [script, [arguments...]] on stdin and prints a JSON list of
-{"status", "stdout", "stderr"}, one per command. Importing torch takes ~2.5 s, and every
-lesson script imports it first: this process imports it once, then forks one child per
-command. The child sets sys.argv and sys.path[0] as `python SCRIPT` does (and keeps
-this process's working folder), runs the script as __main__, and exits with the status
-the interpreter would give (SystemExit's code, or 1 after printing the traceback of any
-other exception).
-
-Only torch is imported before the fork (no course module), so nothing of one script
-can leak into another. Run it from a temporary folder: scripts may write files there.
+"""Run many `python SCRIPT ARGS...` commands fast, each as the interpreter would: torch
+is imported once (~2.5 s), then a child is forked per command, with sys.argv, sys.path[0]
+and the exit status of `python SCRIPT`. Only torch is imported before the fork, so no
+course module leaks from one script to the next. Reads [[script, [arguments...]], ...] as
+JSON on stdin, prints [{"status", "stdout", "stderr"}, ...]. Run it in a temporary folder.
 """
 
 import json
@@ -19,8 +12,7 @@ import sys
 import tempfile
 import traceback
 
-# The imports this process exists to share (torch._dynamo: PyTorch imports it at the
-# first optimizer or DDP built, about 2 s).
+# What this process exists to share (torch._dynamo: at the first optimizer or DDP, ~2 s).
 import torch._dynamo  # noqa: F401
 
 # What torchrun sets: a command here must look started by plain python.

@@ -1,8 +1,5 @@
-"""Lesson 03's Trainer after one training step, under torchrun: on which device its
-parameters, their gradients, the optimizer's momentum and the batch ended up. Launched
-by tests/test_gpu_mode.py: each must be on this process's own device, cuda:<local rank>
-on a GPU (or the CPU), which printed lines such as `device=cuda:0` do not show.
-"""
+"""Lesson 03's Trainer after one step, under torchrun: are its parameters, gradients,
+momentum and batch all on this process's own device (cuda:<local rank>, or the CPU)?"""
 
 import importlib.util
 import os
