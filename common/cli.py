@@ -35,13 +35,6 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
-def natural_int(text: str) -> int:
-    """An argparse type for positions such as an epoch or a step: 0 or more."""
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
-    return int(text)
-
-
 def positive_number(unit: str):
     """An argparse type for a finite number of `unit` above 0 (seconds, MB, ...)."""
 
