@@ -84,9 +84,15 @@ def test_the_fit_minimizes_relative_error():
     """The 4-process 16 and 64 MB rows are 20% slow: a plain least-squares fit would follow
     them (the largest errors in seconds) and miss the small sizes."""
     truth = Link(alpha=3e-4, bandwidth=8e8)
-    rows = [{"bytes": n, "world_size": w,
-             "t": ring_seconds(n, w, truth) * (1.2 if n > 2**20 and w == 4 else 1)}
-            for w in (2, 4) for n in (2**12, 2**16, 2**24, 2**26)]  # fmt: skip
+    rows = [
+        {
+            "bytes": n,
+            "world_size": w,
+            "t": ring_seconds(n, w, truth) * (1.2 if n > 2**20 and w == 4 else 1),
+        }
+        for w in (2, 4)
+        for n in (2**12, 2**16, 2**24, 2**26)
+    ]
     fitted = fit_alpha_beta(rows, "t")
 
     def squared(link):
@@ -98,8 +104,11 @@ def test_the_fit_minimizes_relative_error():
 
 def test_the_fit_never_returns_a_negative_latency():
     # Times made with alpha = -10 us: a free fit would return it; no message is that fast.
-    rows = [{"bytes": n, "world_size": w, "t": ring_seconds(n, w, Link(-1e-5, 1e9))}
-            for w in (2, 4) for n in (2**20, 2**22, 2**24)]  # fmt: skip
+    rows = [
+        {"bytes": n, "world_size": w, "t": ring_seconds(n, w, Link(-1e-5, 1e9))}
+        for w in (2, 4)
+        for n in (2**20, 2**22, 2**24)
+    ]
     link = fit_alpha_beta(rows, "t")
     assert link.alpha == 0
     assert link.bandwidth == pytest.approx(1e9, rel=0.05)
@@ -117,8 +126,9 @@ def test_the_bucket_rule_is_ddp_s(seed):
 
 def test_the_timeline_starts_each_bucket_when_ready_and_after_the_previous():
     def timeline(buckets, cost=lambda nbytes: nbytes / 100, **overlap):  # 1 s per 100 bytes
-        return cost_model.step_timeline(0.5, [1.0, 2.0, 3.0, 4.0], [100] * 4, 4.0, 0.25,
-                                        buckets, cost, **overlap)  # fmt: skip
+        return cost_model.step_timeline(
+            0.5, [1.0, 2.0, 3.0, 4.0], [100] * 4, 4.0, 0.25, buckets, cost, **overlap
+        )
 
     # Bucket 0 waits for gradient 1 (t=2) and takes 2 s; bucket 1 is ready at 3 but the
     # stream is busy until 4; bucket 2 then starts at 5.
@@ -152,8 +162,10 @@ def test_the_checks_pass_the_ring_s_data_and_fail_a_wrong_cost_model_s(name):
     cost, caught_by = WRONG_MODELS.get(name, RING)
     for seed in range(5):
         rows = made_by(cost, seed=seed)
-        checks = {"sizes": cost_model.check_held_out_sizes(rows, "t").passed,
-                  "world size": cost_model.check_world_size(rows, "t").passed}  # fmt: skip
+        checks = {
+            "sizes": cost_model.check_held_out_sizes(rows, "t").passed,
+            "world size": cost_model.check_world_size(rows, "t").passed,
+        }
         if caught_by is None:
             assert checks == {"sizes": True, "world size": True}, seed
         else:

@@ -93,8 +93,13 @@ def test_plain_ddp_s_trace_reads_as_its_two_buckets_launched_during_the_backward
     # Plain DDP(model) (no hooks, unlike the notebook's launch): two buckets, the last layer
     # first. That none is hidden with overlap off: lesson 01's check cell, on its launch.
     script = REPO / "01_theory" / "ddp_profile.py"
-    output = run(f"torchrun --standalone --nproc_per_node=2 {script} --bucket-cap-mb default "
-                 f"--steps 2 --out {tmp_path}", cwd=tmp_path, timeout=240, quiet=True)  # fmt: skip
+    output = run(
+        f"torchrun --standalone --nproc_per_node=2 {script} --bucket-cap-mb default "
+        f"--steps 2 --out {tmp_path}",
+        cwd=tmp_path,
+        timeout=240,
+        quiet=True,
+    )
     assert "gpuGetDeviceCount" not in output  # quieted on the CPU
     assert output.count("ms with the profiler") == 2, output
     for rank in (0, 1):

@@ -15,8 +15,13 @@ LESSON = REPO / "01_theory"
 def test_a_world_of_one_process_checks_the_ring_and_has_nothing_to_time(tmp_path):
     # The GPU mode's world on a machine of one GPU: every awkward size is still at least
     # one element, and the bus factor 2(N-1)/N is 0. The worker alone: no agent to start.
-    output = run(f"python {LESSON / 'ring_allreduce.py'} --max-size 16KB --repeats 1",
-                 cwd=tmp_path, env=one_worker_environment(), timeout=240, quiet=True)  # fmt: skip
+    output = run(
+        f"python {LESSON / 'ring_allreduce.py'} --max-size 16KB --repeats 1",
+        cwd=tmp_path,
+        env=one_worker_environment(),
+        timeout=240,
+        quiet=True,
+    )
     checked = re.findall(r"check numel=(\d+) dtype=\w+: ring == all_reduce", output)
     assert {int(numel) for numel in checked} == {1, 2, 3, 1000, 100_003}
     assert "no benchmark: a world of 1 process sends nothing" in output
@@ -30,8 +35,11 @@ def test_ddp_equals_one_process_and_the_hand_written_all_reduce_at_world_3(tmp_p
     after = re.findall(r"after  DDP\(model\): (.*)", output)
     assert len(set(before)) == world_size, "the replicas must start different"
     assert len(after) == world_size and len(set(after)) == 1, "and end equal"
-    found = re.search(r"max \|DDP - one process\| = (\S+), max \|DDP - by hand\| = (\S+), "
-                      r"worst over every step = (\S+)", output)  # fmt: skip
+    found = re.search(
+        r"max \|DDP - one process\| = (\S+), max \|DDP - by hand\| = (\S+), "
+        r"worst over every step = (\S+)",
+        output,
+    )
     assert all(float(value) < 1e-5 for value in found.groups()), found[0]
     losses = [float(x) for x in re.findall(r"epoch \d+: loss (\S+)", output)]
     assert len(losses) == 1 and losses[0] < 20
@@ -43,9 +51,12 @@ def test_the_recording_sees_each_gradient_once_and_every_parameter_in_a_bucket()
     ddp_buckets = lesson_module("01_theory", "ddp_buckets")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        events = {cap: ddp_buckets.watch_one_backward(ddp_buckets.deep_model(8, 512), cap,
-                                                      torch.device("cpu"), 64, 2)[1]
-                  for cap in (None, 1.0, 2.0, 25.0)}  # fmt: skip
+        events = {
+            cap: ddp_buckets.watch_one_backward(
+                ddp_buckets.deep_model(8, 512), cap, torch.device("cpu"), 64, 2
+            )[1]
+            for cap in (None, 1.0, 2.0, 25.0)
+        }
     finally:
         dist.destroy_process_group()
     for cap, recorded in events.items():

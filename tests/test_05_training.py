@@ -197,12 +197,18 @@ def test_a_stopped_run_saves_the_step_it_stopped_at_and_resumes_exactly_on_two_n
 @pytest.mark.parametrize(
     "settings, found, message",
     [  # a snapshot path under a file; a global batch, once the world size is known
-        ("trainer.snapshot_path=runs/s.pt", "cannot keep snapshots",
-         "main.py: cannot keep snapshots at runs/s.pt: runs is a file; point"),
-        ("trainer.global_batch_size=15", "does not divide",
-         "main.py: trainer.global_batch_size=15 does not divide among 2 processes: use a"),
+        (
+            "trainer.snapshot_path=runs/s.pt",
+            "cannot keep snapshots",
+            "main.py: cannot keep snapshots at runs/s.pt: runs is a file; point",
+        ),
+        (
+            "trainer.global_batch_size=15",
+            "does not divide",
+            "main.py: trainer.global_batch_size=15 does not divide among 2 processes: use a",
+        ),
     ],
-)  # fmt: skip
+)
 def test_settings_that_cannot_run_are_refused_in_one_line_from_rank_0(
     tmp_path, settings, found, message
 ):

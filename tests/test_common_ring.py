@@ -40,8 +40,9 @@ def check_world(rank, world_size, port):
         # Every dtype's sums at 2 and 4 ranks, within tolerances: 01_theory's check cell.
         # Here: the exact (integer) sums, at 3 ranks too, and the bytes sent for each.
         for dtype in DTYPES:
-            sizes = sorted({1, world_size - 1, world_size, world_size + 1, 2 * world_size + 1,
-                            1000, 4099})  # fmt: skip
+            sizes = sorted(
+                {1, world_size - 1, world_size, world_size + 1, 2 * world_size + 1, 1000, 4099}
+            )
             if dtype not in (torch.float32, torch.int64):  # fewer sizes: keep the test quick
                 sizes = [1, world_size + 1, 1000]
             for numel in sizes:

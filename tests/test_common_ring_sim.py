@@ -81,8 +81,13 @@ def test_figures_show_every_step_in_order():
     record = simulate_ring_all_reduce(inputs_for(3, 6))
     figure = ring_figure_grid(record)
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
-    assert titles == ["start: each rank holds its own tensor", "reduce-scatter 1/2",
-                      "reduce-scatter 2/2", "all-gather 1/2", "all-gather 2/2"]  # fmt: skip
+    assert titles == [
+        "start: each rank holds its own tensor",
+        "reduce-scatter 1/2",
+        "reduce-scatter 2/2",
+        "all-gather 1/2",
+        "all-gather 2/2",
+    ]
     html = ring_animation(record).to_jshtml()
     assert html.count("data:image/png;base64") == len(record.steps)
 

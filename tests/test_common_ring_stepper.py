@@ -35,8 +35,16 @@ def expected_steps(world_size: int) -> list[dict]:
             title = "start: each rank holds its own tensor"
         sends = [[t.sender, t.receiver, t.chunk, t.values.numel()] for t in step.transfers]
         held = [[sorted(ranks) for ranks in row] for row in step.contributors]
-        steps.append({"phase": step.phase, "number": step.number, "title": title,
-                      "transfers": sends, "contributors": held, "bytes": list(sent)})  # fmt: skip
+        steps.append(
+            {
+                "phase": step.phase,
+                "number": step.number,
+                "title": title,
+                "transfers": sends,
+                "contributors": held,
+                "bytes": list(sent),
+            }
+        )
     assert len(steps) == 2 * (world_size - 1) + 1  # the start, then N-1 steps per phase
     return steps
 
@@ -46,11 +54,19 @@ def test_the_states_are_the_simulations_at_every_step(world_size):
     states = stepper_states(world_size)
     assert states["elements"] == elements_for(world_size)
     assert states["tensor_bytes"] == 4 * elements_for(world_size)
-    carried = [{"phase": state["phase"], "number": state["number"], "title": state["title"],
-                "transfers": [[t["sender"], t["receiver"], t["chunk"], t["elements"]]
-                              for t in state["transfers"]],
-                "contributors": state["contributors"], "bytes": state["bytes_sent"]}
-               for state in states["steps"]]  # fmt: skip
+    carried = [
+        {
+            "phase": state["phase"],
+            "number": state["number"],
+            "title": state["title"],
+            "transfers": [
+                [t["sender"], t["receiver"], t["chunk"], t["elements"]] for t in state["transfers"]
+            ],
+            "contributors": state["contributors"],
+            "bytes": state["bytes_sent"],
+        }
+        for state in states["steps"]
+    ]
     assert carried == expected_steps(world_size)
     for state in states["steps"]:
         assert all(t["bytes"] == 4 * t["elements"] for t in state["transfers"])
