@@ -9,8 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
-from pathlib import Path
 
 import psutil
 import torch
@@ -62,15 +60,6 @@ def worker_of_rank(job_id: int, rank: int) -> psutil.Process:
     return workers[0]
 
 
-def wait_for_line(path: Path, pattern: str, timeout: float) -> None:
-    """Read the job's output file every 10 ms until a line matches `pattern`: an epoch
-    here lasts about half a second, less than one poll of Slurm's controller takes."""
-    deadline = time.monotonic() + timeout
-    while not re.search(pattern, path.read_text(errors="replace"), re.M):
-        assert time.monotonic() < deadline, f"no line matches {pattern!r}"
-        time.sleep(0.01)
-
-
 def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     slurm_installed, tmp_path
 ):
@@ -97,8 +86,7 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
         # epoch's first progress line (every 5 steps), 17 steps before its end.
         cluster.wait_for_line(job_id, rf"^\[rank0\] epoch 1/2 step \d+/{2 * steps} ", 240)
         rank1 = worker_of_rank(job_id, rank=1)
-        output_file = Path(cluster.job(job_id)["StdOut"])
-        wait_for_line(output_file, rf"^\[rank0\] epoch 2/2 step \d+/{2 * steps} ", 120)
+        cluster.wait_for_line(job_id, rf"^\[rank0\] epoch 2/2 step \d+/{2 * steps} ", 120)
         rank1.send_signal(signal.SIGKILL)
         job, output = cluster.wait(job_id, timeout=240)
     assert job["JobState"] == "COMPLETED", output
