@@ -30,6 +30,11 @@ class Table(NamedTuple):
     columns: list[str]
     key_columns: int  # the first columns name the configuration
 
+    def configuration(self, row: list[str]) -> list[str]:
+        """The cells that name `row`'s configuration. A version's local label (`+cu130`,
+        `+cpu`: which wheel pip chose) is not another configuration."""
+        return [cell.split("+")[0] for cell in row[: self.key_columns]]
+
 
 TABLES = {
     "pythons": Table(
@@ -120,8 +125,8 @@ def record(name: str, row: list[str], page: Path = PAGE) -> None:
         raise ValueError(f"a row of {name!r} has {len(table.columns)} cells: {table.columns}")
     row = [str(cell).replace("|", "/").replace("\n", " ").strip() for cell in row]
     rows = read_rows(page.read_text(encoding="utf-8")) if page.exists() else read_rows("")
-    key = row[: table.key_columns]
-    rows[name] = [old for old in rows[name] if old[: table.key_columns] != key] + [row]
+    key = table.configuration(row)
+    rows[name] = [old for old in rows[name] if table.configuration(old) != key] + [row]
     page.parent.mkdir(parents=True, exist_ok=True)
     page.write_text(render(rows), encoding="utf-8")
     print(f"{page.relative_to(REPO) if page.is_relative_to(REPO) else page}: {row}")

@@ -27,9 +27,11 @@ def test_a_configuration_keeps_only_its_newest_row(tmp_path):
     ]
     assert rows["stress"] == [["all 3", "end_process", "abc1234", "d", "0 failed", "9 s", "-"]]
     assert rows["gpu"] == []
-    # Another PyTorch is another configuration: a row of its own.
+    # Another wheel of the same PyTorch replaces it; another PyTorch gets a row of its own.
+    results.record("pythons", suite_row("3.11.7", "2.14.1+cu130", "all passed: 6"), page)
     results.record("pythons", suite_row("3.11.7", "2.15.0", "all passed: 5 passed"), page)
-    assert len(results.read_rows(page.read_text())["pythons"]) == 3
+    torches = [row[1] for row in results.read_rows(page.read_text())["pythons"]]
+    assert torches == ["2.14.1+cu130", "2.15.0", "2.14.1"]
 
 
 def test_a_cell_cannot_break_the_table(tmp_path):
