@@ -35,8 +35,8 @@ from playwright.sync_api import Error, sync_playwright
 from course.system_packages import INSTALL_COMMAND, program
 
 CHROMIUM = "chromium"
-# How long a starting chromium may take. Started beside the test suite's notebooks on 2
-# cores, it once took more than 30 s (612ef0f, 2026-11-27).
+# How long a starting chromium may take: started beside the test suite's notebooks on 2
+# cores, it has taken more than 30 s.
 START_TIMEOUT = 120
 LOCAL_HOSTS = ("127.0.0.1", "localhost")
 

@@ -32,7 +32,7 @@ KEY = re.compile(r"^\[rank\d\] |\w+Error\b|Detected mismatch|failed to pass|^(po
 NOISE = re.compile(r"ChildFailedError|raise |^frame #|^Exception raised from")
 PID_LINE = re.compile(r"^\[rank(\d+)\] pid (\d+) ", re.MULTILINE)
 # What two of the tools do on gloo with each PyTorch release, measured here (CPU, one
-# machine, Python 3.11, 2026-11-26) with `ddp_under_detail` and `fr_trace_as_written`:
+# machine, Python 3.11) with `ddp_under_detail` and `fr_trace_as_written`:
 # building a DDP model under TORCH_DISTRIBUTED_DEBUG=DETAIL, and PyTorch's flight-record
 # reader on gloo's records as written. The hangs notebook's check asserts the running
 # release's row, so a release that changes either fails it. 2.15,
