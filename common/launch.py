@@ -54,7 +54,7 @@ from common import notebook_device
 from common.command_line import on_this_machine_only, processes_per_machine, resolve
 from common.output import LineStream, plain_text
 from common.ports import free_port
-from common.processes import ProcessTree
+from common.processes import ProcessTree, workers_of_rank
 
 
 class CommandFailed(RuntimeError):
@@ -177,23 +177,19 @@ class Command:
         scheduler would when it asks a job to stop."""
         self._process.send_signal(signum)
 
-    def kill_worker(self, rank: int) -> int:
-        """SIGKILL torchrun's worker of global rank `rank`, as the OOM killer would (no
-        handler runs), and return its pid. Its RANK variable names it; its children
-        inherit that, so the worker is the one whose parent is not of that rank."""
-        of_rank = {}
-        for proc in self._tree.members():
-            try:
-                environ = proc.environ()
-                if "LOCAL_RANK" in environ and environ.get("RANK") == str(rank):
-                    of_rank[proc.pid] = proc
-            except psutil.Error:
-                pass  # ended meanwhile
-        workers = [proc for proc in of_rank.values() if proc.ppid() not in of_rank]
+    def worker(self, rank: int) -> psutil.Process:
+        """torchrun's worker of global rank `rank` in this command."""
+        workers = workers_of_rank(rank, self._tree.members())
         if len(workers) != 1:
             raise RuntimeError(f"`{self.command}` has {len(workers)} workers of rank {rank}")
-        workers[0].send_signal(signal.SIGKILL)
-        return workers[0].pid
+        return workers[0]
+
+    def kill_worker(self, rank: int) -> int:
+        """SIGKILL torchrun's worker of global rank `rank`, as the OOM killer would (no
+        handler runs), and return its pid."""
+        worker = self.worker(rank)
+        worker.send_signal(signal.SIGKILL)
+        return worker.pid
 
     @property
     def done(self) -> bool:

@@ -46,6 +46,23 @@ class ProcessTree:
         terminate(self.members())
 
 
+def workers_of_rank(rank: int, processes=None, **variables: str) -> list[psutil.Process]:
+    """torchrun's workers of global rank `rank` among `processes` (default: every process)
+    whose environment holds `variables`: one, in a running job. torchrun gives each
+    worker RANK and LOCAL_RANK, and the worker's own children (data loaders) inherit
+    them, so the worker is the one whose parent is not of that rank."""
+    wanted = {"RANK": str(rank), **variables}
+    of_rank = {}
+    for proc in psutil.process_iter() if processes is None else processes:
+        try:
+            environ = proc.environ()
+            if "LOCAL_RANK" in environ and wanted.items() <= environ.items():
+                of_rank[proc.pid] = proc
+        except psutil.Error:
+            pass  # ended meanwhile, or not ours to read
+    return [proc for proc in of_rank.values() if proc.ppid() not in of_rank]
+
+
 def terminate(processes: list[psutil.Process]) -> None:
     """SIGTERM every process (torchrun then stops its workers cleanly), wait a
     little, then SIGKILL whatever is still alive."""

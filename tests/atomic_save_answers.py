@@ -221,11 +221,4 @@ ATOMIC_SAVE_RIGHT = [
         None,
         A_NEW_NAME_EACH_TIME_REMOVED_ON_FAILURE,
     ),
-    (
-        "03_fault_tolerance",
-        "atomic_save",
-        "the course's own, common.snapshot.save_atomic",
-        None,
-        "from common.snapshot import save_atomic  # noqa: F401\n",
-    ),
 ]

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
 import torch
@@ -75,6 +76,27 @@ def lesson_module(lesson: str, name: str):
                 sys.modules.setdefault(f"lesson_{lesson}_{sibling}", loaded)
                 del sys.modules[sibling]
     return module
+
+
+def lesson_05_text(folder: Path, characters: int = 24_000) -> Path:
+    """`folder`/text.txt: the first `characters` of lesson 05's text, on which a tiny
+    model trains in seconds (24,000: 21 global batches of 32 an epoch)."""
+    text, _ = lesson_module("05_mingpt", "char_dataset").load_text(None)
+    path = folder / "text.txt"
+    path.write_text(text[:characters], encoding="utf-8")
+    return path
+
+
+def metrics(folder: Path) -> list[dict]:
+    """The rows of the metrics file that lesson 05's trainer wrote in `folder`."""
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_tensors(one: dict, other: dict) -> None:
+    """The two dicts (state dicts) have the same names, each holding bit-equal tensors."""
+    assert one.keys() == other.keys()
+    for name, tensor in one.items():
+        assert torch.equal(tensor, other[name]), name
 
 
 def tracked_texts() -> dict[str, str]:
@@ -147,6 +169,14 @@ def one_worker_environment() -> dict[str, str]:
         **{"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"},
         **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
     }
+
+
+def code_notebook(path: Path, *cells: str) -> Path:
+    """Write a notebook of these code cells at `path`, for Jupyter's python3 kernel."""
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    code = [nbformat.v4.new_code_cell(source) for source in cells]
+    nbformat.write(nbformat.v4.new_notebook(cells=code, metadata={"kernelspec": kernel}), path)
+    return path
 
 
 def run_nbmake(cwd: Path, *arguments: str, env=None, timeout: float = 120):

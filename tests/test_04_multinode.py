@@ -6,7 +6,7 @@ import re
 
 import pytest
 import torch
-from conftest import REPO, SCRIPTS
+from conftest import REPO, SCRIPTS, assert_same_tensors
 
 from common.launch import run, start
 from common.models import regression_model
@@ -35,12 +35,6 @@ def worker(output: str) -> tuple[int, int]:
 
 def snapshot(folder) -> dict:
     return torch.load(folder / "snapshot.pt", weights_only=True)
-
-
-def assert_same_weights(one: dict, other: dict) -> None:
-    assert one["model"].keys() == other["model"].keys()
-    for name, tensor in one["model"].items():
-        assert torch.equal(tensor, other["model"][name]), name
 
 
 def one_node(folder, total_epochs) -> str:
@@ -75,12 +69,12 @@ def test_a_node_with_an_older_snapshot_resumes_from_the_newest(tmp_path):
     assert f"every rank resumes from rank {rank}'s" in text
     assert "epoch 6 |" in text and "epoch 5 |" not in text
     assert [snapshot(folder)["epochs_run"] for folder in (a, b)] == [8, 8]
-    assert_same_weights(snapshot(a), snapshot(b))
+    assert_same_tensors(snapshot(a)["model"], snapshot(b)["model"])
 
     # The same 8 epochs in one go, on one node: the very same weights.
     one_node(one, 8)
     assert snapshot(one)["epochs_run"] == 8
-    assert_same_weights(snapshot(one), snapshot(a))
+    assert_same_tensors(snapshot(one)["model"], snapshot(a)["model"])
     # Each rank got its own random generators back: the states of the run in one go.
     resumed, expected = snapshot(a)["rng_state"], snapshot(one)["rng_state"]
     assert len(resumed) == len(expected) == 2
@@ -157,4 +151,4 @@ def test_without_the_agreement_a_snapshot_claims_epochs_it_never_trained(tmp_pat
     assert re.search(r"Connection (closed|reset) by peer", node0), node0[-3000:]
     trained_two, claims_eight = snapshot(a), snapshot(b)
     assert (trained_two["epochs_run"], claims_eight["epochs_run"]) == (2, 8)
-    assert_same_weights(trained_two, claims_eight)  # the same 2 epochs of training
+    assert_same_tensors(trained_two["model"], claims_eight["model"])  # the same 2 epochs trained

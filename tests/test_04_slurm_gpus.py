@@ -1,8 +1,9 @@
 """The lessons' sbatch scripts ask for GPUs, say where training runs (the GPUs PyTorch
 sees, else the CPUs), stop in one line when Slurm gave GPUs PyTorch cannot see, and start
-every node's torchrun with the checked Python, sbatch's CPUs and the node's own address.
-Each runs in bash with Slurm's variables and stand-ins for scontrol, srun and the Python.
-(For real, on CPUs: lesson 04's notebook and tests/test_05_slurm.py.)"""
+every node's torchrun with the checked Python, sbatch's CPUs and the node's own address;
+05's refuses a submit folder without main.py. Each runs in bash with Slurm's variables
+and stand-ins for scontrol, srun and the Python. (For real, on CPUs: lesson 04's notebook
+and tests/test_05_slurm.py.)"""
 
 import os
 import re
@@ -43,6 +44,16 @@ def test_a_python_without_torch_is_named_in_one_line(name, tmp_path):
     assert result.stderr == (
         f"{name}: false cannot import torch on {os.uname().nodename}; set PYTHON to the "
         "Python that has PyTorch\n"
+    )
+
+
+def test_a_submit_folder_without_main_py_is_refused_in_one_line(tmp_path):
+    """05's script, before any Slurm command."""
+    result = batch_step("sbatch_run.sh", tmp_path, SLURM_SUBMIT_DIR=str(tmp_path))
+    assert (result.returncode, result.stdout) == (2, ""), result
+    assert result.stderr == (
+        f"sbatch_run.sh: no main.py in {tmp_path} or {tmp_path}/05_mingpt; submit the job "
+        "from the lesson folder or the repository root\n"
     )
 
 

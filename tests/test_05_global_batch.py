@@ -3,7 +3,6 @@ is split; fp16 clips the true gradients and its scaler survives a snapshot; watc
 outside, it trains on what its sampler deals and times training only."""
 
 import copy
-import json
 import sys
 import time
 from itertools import pairwise
@@ -11,7 +10,7 @@ from itertools import pairwise
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import REPO, lesson_module, spawn
+from conftest import REPO, lesson_05_text, lesson_module, metrics, spawn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.utils.data import DistributedSampler
 
@@ -65,7 +64,7 @@ def split_run(rank: int, world_size: int, port: int, folder, micro_batches: int)
     initial = copy.deepcopy(trainer.raw_model.state_dict())
     trainer.train()
     if rank == 0:
-        steps = [row for row in records(folder) if row["kind"] == "train"]
+        steps = [row for row in metrics(folder) if row["kind"] == "train"]
         torch.save(
             {"initial": initial, "model": trainer.raw_model.state_dict(),
              "all_reduces": all_reduces, "grad_norms": [row["grad_norm"] for row in steps],
@@ -75,20 +74,9 @@ def split_run(rank: int, world_size: int, port: int, folder, micro_batches: int)
     dist.destroy_process_group()
 
 
-def records(folder) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-
-
-def write_text(folder, characters: int):
-    """The lesson's text's first `characters`, where build() reads it: beside the runs."""
-    text = char_dataset.load_text(None)[0][:characters]
-    (folder / "text.txt").write_text(text, encoding="utf-8")
-    return folder
-
-
 @pytest.fixture(scope="module")
 def text_folder(tmp_path_factory):
-    return write_text(tmp_path_factory.mktemp("05_global_batch"), 24_000)
+    return lesson_05_text(tmp_path_factory.mktemp("05_global_batch")).parent  # build() reads it
 
 
 def test_one_global_batch_split_three_ways_trains_the_same_weights(text_folder):
@@ -144,7 +132,7 @@ def fp16_run(rank: int, world_size: int, port: int, folder) -> None:
         build(rank, world_size, port, folder, ["trainer.amp=auto", *FP16_RUN])
     torch.save(
         {"true_norm": true_norm.item(), "seen": seen.item(), "scale": scale,
-         "scaler": trainer.scaler.state_dict(), "records": records(folder),
+         "scaler": trainer.scaler.state_dict(), "records": metrics(folder),
          "resumed_scaler": resumed.scaler.state_dict()},
         folder / "fp16.pt",
     )  # fmt: skip
@@ -198,13 +186,13 @@ def watched_run(rank: int, world_size: int, port: int, folder) -> None:
     trainer._validate_and_record = timed("pause", trainer._validate_and_record, SLOW_VALIDATION)
     trainer._save_snapshot = timed("pause", trainer._save_snapshot)
     trainer.train()
-    torch.save({"inputs": inputs, "events": events, "records": records(folder),
+    torch.save({"inputs": inputs, "events": events, "records": metrics(folder),
                 "steps_per_epoch": trainer.steps_per_epoch}, folder / "watched.pt")  # fmt: skip
     dist.destroy_process_group()
 
 
 def test_a_watched_run_trains_on_what_it_is_dealt_and_times_training_only(tmp_path):
-    text_folder = write_text(tmp_path, 12_000)  # half the others': two epochs in half the time
+    text_folder = lesson_05_text(tmp_path, 12_000).parent  # two epochs in half the others' time
     folder = text_folder / "watched"
     folder.mkdir()
     spawn(watched_run, 1, 1, free_port(), folder)

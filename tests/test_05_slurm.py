@@ -1,20 +1,18 @@
 """Lesson 05 under Slurm: `slurm/sbatch_run.sh`, unchanged, trains main.py on lesson 04's
 two-node Slurm cluster on this machine (root and Debian's Slurm packages, else it skips),
-survives a worker killed from outside, and refuses a wrong submit folder in one line.
-(Its processes per node by default: tests/test_04_slurm_gpus.py.)"""
+and survives a worker killed from outside. (Its processes per node by default, and its
+refusal of a wrong submit folder: tests/test_04_slurm_gpus.py.)"""
 
-import json
 import math
 import re
 import shutil
 import signal
-import subprocess
 
-import psutil
 import torch
-from conftest import REPO, lesson_module
+from conftest import REPO, lesson_05_text, lesson_module, metrics
 
 from common.ports import free_port
+from common.processes import workers_of_rank
 from course.cluster import slurm
 
 LESSON = REPO / "05_mingpt"
@@ -44,22 +42,6 @@ def rendezvous_results(output):
     return results
 
 
-def worker_of_rank(job_id: int, rank: int) -> psutil.Process:
-    """The worker of global rank `rank` in Slurm job `job_id`: the process of that RANK
-    whose parent is not (its data loaders inherit RANK)."""
-    of_rank = {}
-    for proc in psutil.process_iter():
-        try:
-            environ = proc.environ()
-            if environ.get("SLURM_JOB_ID") == str(job_id) and environ.get("RANK") == str(rank):
-                of_rank[proc.pid] = proc
-        except psutil.Error:
-            pass  # not ours to read, or ended meanwhile
-    workers = [proc for proc in of_rank.values() if proc.ppid() not in of_rank]
-    assert len(workers) == 1, workers
-    return workers[0]
-
-
 def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     slurm_installed, tmp_path
 ):
@@ -67,9 +49,7 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     lesson = tmp_path / "05_mingpt"
     ignored = shutil.ignore_patterns("*.ipynb", "*.pt", "*.jsonl", "*.out", "__pycache__")
     shutil.copytree(LESSON, lesson, ignore=ignored)
-    text, _ = char_dataset.load_text(None)
-    data = tmp_path / "text.txt"
-    data.write_text(text[:24_000], encoding="utf-8")
+    data = lesson_05_text(tmp_path)
     # Rank 1 (node 2) is killed in the second epoch: both nodes' torchruns restart the
     # group and resume from the first epoch's snapshot (a rendezvous store per round, or
     # the new workers dial the dead ones and hang).
@@ -85,7 +65,7 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
         # Rank 1's worker found while the first epoch trains, and killed at the second
         # epoch's first progress line (every 5 steps), 17 steps before its end.
         cluster.wait_for_line(job_id, rf"^\[rank0\] epoch 1/2 step \d+/{2 * steps} ", 240)
-        rank1 = worker_of_rank(job_id, rank=1)
+        [rank1] = workers_of_rank(1, SLURM_JOB_ID=str(job_id))
         cluster.wait_for_line(job_id, rf"^\[rank0\] epoch 2/2 step \d+/{2 * steps} ", 120)
         rank1.send_signal(signal.SIGKILL)
         job, output = cluster.wait(job_id, timeout=240)
@@ -117,7 +97,7 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     assert "tokens/s over 2 process(es)" in output
     assert "[rank0] sample:" in output
 
-    records = [json.loads(line) for line in (lesson / "metrics.jsonl").read_text().splitlines()]
+    records = metrics(lesson)
     val = [r for r in records if r["kind"] == "val"]
     assert [r["step"] for r in val] == [0, steps, 2 * steps]
     assert all(math.isfinite(r["loss"]) for r in records)
@@ -127,19 +107,3 @@ def test_the_sbatch_script_trains_on_two_nodes_and_survives_a_lost_worker(
     assert (snapshot["epochs_run"], snapshot["step"]) == (2, 2 * steps)
     assert len(snapshot["rng"]) == 2  # every rank's random state, gathered by rank 0
     assert list(lesson.glob("mingpt-ddp-*.out"))  # the job's output file, beside them
-
-
-def test_the_sbatch_script_refuses_a_folder_without_main_py(tmp_path):
-    """No Slurm needed: the check comes before any Slurm command."""
-    result = subprocess.run(
-        ["bash", str(SBATCH)],
-        env={"PATH": "/usr/bin:/bin", "SLURM_SUBMIT_DIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert result.returncode == 2
-    assert result.stderr == (
-        f"sbatch_run.sh: no main.py in {tmp_path} or {tmp_path}/05_mingpt; submit the job "
-        "from the lesson folder or the repository root\n"
-    )

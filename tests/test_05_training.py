@@ -2,7 +2,6 @@
 of one that never stopped (also resumed on two nodes, one without a snapshot); validation
 is over the whole set; bad settings are refused in one line; tokens/s count training."""
 
-import json
 import math
 import re
 import signal
@@ -10,10 +9,9 @@ import tempfile
 from itertools import pairwise
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
-from conftest import REPO, lesson_module, made_once
+from conftest import REPO, assert_same_tensors, lesson_05_text, lesson_module, made_once, metrics
 from torch.utils.data import DistributedSampler
 
 from common.launch import run, start
@@ -40,15 +38,9 @@ TORCHRUN = "torchrun --standalone --nproc_per_node=2"
 VALIDATION = re.compile(r"\[rank0\] end of epoch (\d)/2: step \d+/\d+ validation loss ([\d.]+)")
 
 
-def write_text(folder):
-    path = folder / "text.txt"
-    path.write_text(char_dataset.load_text(None)[0][:24_000], encoding="utf-8")
-    return path
-
-
 with tempfile.TemporaryDirectory() as scratch:  # global batches an epoch, as main.py counts
     STEPS_PER_EPOCH = (
-        len(char_dataset.build_datasets(str(write_text(Path(scratch))), 32, 0.1, 1337)[1]) // 16
+        len(char_dataset.build_datasets(str(lesson_05_text(Path(scratch))), 32, 0.1, 1337)[1]) // 16
     )
 
 
@@ -61,12 +53,8 @@ def train(folder, text):
 @pytest.fixture(scope="module")
 def straight_run(tmp_path_factory):
     """One uninterrupted tiny run, once per test run: (its folder, its output, the text)."""
-    made = made_once(tmp_path_factory, "05_training", lambda f: train(f / "run", write_text(f)))
+    made = made_once(tmp_path_factory, "05_training", lambda f: train(f / "run", lesson_05_text(f)))
     return made / "run", (made / "run" / "output.txt").read_text(), made / "text.txt"
-
-
-def records(folder) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
 def final_weights_equal(folders) -> list[dict]:
@@ -74,8 +62,7 @@ def final_weights_equal(folders) -> list[dict]:
     final = [torch.load(folder / "snapshot.pt") for folder in folders]
     assert final[0]["epochs_run"] == final[1]["epochs_run"] == 2
     assert final[0]["step"] == final[1]["step"] == 2 * STEPS_PER_EPOCH
-    for name, tensor in final[0]["model"].items():
-        assert torch.equal(tensor, final[1]["model"][name]), name
+    assert_same_tensors(final[0]["model"], final[1]["model"])
     return final
 
 
@@ -106,20 +93,19 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(straight
 
     final = final_weights_equal([straight_folder, crashed_folder])
     for index, state in final[0]["optimizer"]["state"].items():
-        for key, tensor in state.items():
-            assert torch.equal(tensor, final[1]["optimizer"]["state"][index][key]), (index, key)
+        assert_same_tensors(state, final[1]["optimizer"]["state"][index])
     # The same losses printed, and the same sample written at the end.
     assert VALIDATION.findall(straight) == VALIDATION.findall(crashed) != []
     sample = re.compile(r"^\[rank0\] \| .*$", re.MULTILINE)
     assert sample.findall(straight) == sample.findall(crashed) != []
 
     # The metrics file has each step once, the uninterrupted run's rows.
-    metrics = [records(folder) for folder in (straight_folder, crashed_folder)]
+    both = [metrics(folder) for folder in (straight_folder, crashed_folder)]
     for kind in ("train", "val"):
-        rows = [[(r["step"], r["loss"]) for r in m if r["kind"] == kind] for m in metrics]
+        rows = [[(r["step"], r["loss"]) for r in m if r["kind"] == kind] for m in both]
         assert rows[0] == rows[1] and len(rows[0]) == len(set(rows[0])), kind
     # Its clock goes on from the snapshot's: rising across both attempts.
-    train_rows = [r for r in metrics[1] if r["kind"] == "train"]
+    train_rows = [r for r in both[1] if r["kind"] == "train"]
     seconds = [r["seconds"] for r in train_rows]
     around = {last_save - SAVE_EVERY_STEPS, last_save, min(last_save + 10, 2 * STEPS_PER_EPOCH)}
     assert seconds == sorted(seconds) and around <= {r["step"] for r in train_rows}
@@ -160,8 +146,7 @@ def test_a_stopped_run_saves_the_step_it_stopped_at_and_resumes_exactly_on_two_n
         node.mkdir()
     job = start(f"{TORCHRUN} {MAIN} --data {text} {TINY}", cwd=nodes[0], quiet=True)
     job.wait_for(rf"^\[rank0\] epoch 1/2 step 10/{2 * STEPS_PER_EPOCH} ", timeout=300)
-    workers = psutil.Process(job.pid).children(recursive=True)
-    rank1 = next(w for w in workers if w.environ().get("RANK") == "1")
+    rank1 = job.worker(1)
     rank1.suspend()
     rank1.send_signal(signal.SIGUSR1)
     rank1.resume()
@@ -223,7 +208,7 @@ def test_settings_that_cannot_run_are_refused_in_one_line_from_rank_0(
 def test_each_progress_line_counts_its_steps_over_training_time_only(straight_run):
     """tokens/s of an interval = its steps x tokens per step / its training seconds, also
     when a validation falls inside it (the cumulative `seconds` leaves validation out)."""
-    rows = records(straight_run[0])
+    rows = metrics(straight_run[0])
     train = [row for row in rows if row["kind"] == "train"]
     validated = {row["step"] for row in rows if row["kind"] == "val"}
     pairs = [(a, b) for a, b in pairwise(train) if a["epoch"] == b["epoch"]]

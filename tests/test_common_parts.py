@@ -3,14 +3,12 @@ summary, and a failure under COURSE_STRICT=1 (common.parts, course/pytest_hooks.
 
 import re
 
-import nbformat
 import pytest
-from conftest import run_nbmake
+from conftest import code_notebook, run_nbmake
 
 from common import parts
 
 CELL = 'from common import parts\nassert parts.unavailable("The demo part", "nothing to run it on")'
-KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3"}}
 
 
 @pytest.fixture
@@ -38,8 +36,7 @@ def test_a_part_that_cannot_run_says_why_and_is_recorded(
 
 @pytest.mark.parametrize("strict", [False, True], ids=["skipped", "strict"])
 def test_pytest_lists_a_notebooks_skipped_part_or_fails_it(environment, tmp_path, strict):
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL)], metadata=KERNEL)
-    nbformat.write(notebook, tmp_path / "demo.ipynb")
+    code_notebook(tmp_path / "demo.ipynb", CELL)
     strict_mode = {"COURSE_STRICT": "1"} if strict else {}
     result = run_nbmake(tmp_path, "-p", "course.pytest_hooks", "demo.ipynb", env=strict_mode)
     if strict:

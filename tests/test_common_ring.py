@@ -37,8 +37,8 @@ def check_world(rank, world_size, port):
     dist.batch_isend_irecv = counting_batch
     try:
         seed = everyone_sent = everyone_should = 0
-        # Every dtype's sums at 2 and 4 ranks, within tolerances: 01_theory's check cell.
-        # Here: the exact (integer) sums, at 3 ranks too, and the bytes sent for each.
+        # Every dtype's sums at 2 and 4 ranks against dist.all_reduce, exact where the sums
+        # are: 01_theory's check cell. Here: the bytes sent for each, and 3 ranks too.
         for dtype in DTYPES:
             sizes = sorted(
                 {1, world_size - 1, world_size, world_size + 1, 2 * world_size + 1, 1000, 4099}

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import nbformat
-from conftest import REPO
+from conftest import REPO, code_notebook
 
 from course import build, site, slides
 from course.build import lesson_notebooks
@@ -57,8 +57,7 @@ def test_a_warning_from_sphinx_fails_the_site(tmp_path, monkeypatch):
 def test_a_failed_notebook_fails_the_build(tmp_path, monkeypatch, capsys):
     lesson = tmp_path / "99_broken"
     lesson.mkdir()
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")])
-    nbformat.write(notebook, lesson / "99_broken.ipynb")
+    code_notebook(lesson / "99_broken.ipynb", "1 / 0")
     monkeypatch.setattr(build, "REPO", tmp_path)  # a lesson of a repository made here
     monkeypatch.setattr(build, "lesson_notebooks", lambda names: [lesson / "99_broken.ipynb"])
     monkeypatch.setattr(site, "build_site", lambda out: 0)  # the site: tests above

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import nbformat
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, code_notebook
 
 from course.build import execute
 
@@ -23,14 +23,7 @@ with open({record!r}, "w") as file:
 
 
 def probe_notebook(folder, record):
-    notebook = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(PROBE.format(record=str(record)))],
-        metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
-        },
-    )
-    nbformat.write(notebook, folder / "probe.ipynb")
-    return folder / "probe.ipynb"
+    return code_notebook(folder / "probe.ipynb", PROBE.format(record=str(record)))
 
 
 def seen_over_unix_sockets_in_this_python(record):

@@ -23,7 +23,7 @@ import signal
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import REPO, lesson_module
+from conftest import REPO, assert_same_tensors, lesson_05_text
 from test_common_random_state import check_world
 
 from common.launch import run, start
@@ -168,8 +168,7 @@ def test_a_stop_heard_by_one_rank_resumes_with_the_weights_of_a_run_without_one(
     clean, restarted = (
         torch.load(tmp_path / name, weights_only=True) for name in ("clean.pt", "stopped.pt")
     )
-    for name, tensor in clean["model"].items():
-        assert torch.equal(tensor, restarted["model"][name]), name
+    assert_same_tensors(clean["model"], restarted["model"])
 
 
 def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path):
@@ -187,8 +186,7 @@ def test_a_crash_and_restart_end_with_the_weights_of_a_run_without_one(tmp_path)
         torch.load(tmp_path / name, weights_only=True) for name in ("clean.pt", "restarted.pt")
     )
     assert clean["epochs_run"] == restarted["epochs_run"] == 8
-    for name, tensor in clean["model"].items():
-        assert torch.equal(tensor, restarted["model"][name]), name
+    assert_same_tensors(clean["model"], restarted["model"])
     for mine, expected in zip(restarted["rng_state"], clean["rng_state"], strict=True):
         assert mine.keys() == expected.keys() == ({"cpu", "cuda"} if DEVICE == "cuda" else {"cpu"})
         assert all(torch.equal(mine[key], expected[key]) for key in mine)
@@ -202,8 +200,7 @@ def test_every_rank_gets_its_own_generators_back_on_the_device(monkeypatch):
 
 
 def test_the_gpt_learns_on_the_device(tmp_path):
-    text = tmp_path / "text.txt"  # the start of the default text: 21 steps per epoch
-    text.write_text(lesson_module("05_mingpt", "char_dataset").load_text(None)[0][:24_000])
+    text = lesson_05_text(tmp_path)  # 21 steps per epoch
     settings = (  # a global batch of 32: 1, 2 or 4 processes x micro-batches of 8
         "model.n_layer=2 model.n_head=2 model.n_embd=32 data.block_size=32 "
         "trainer.global_batch_size=32 trainer.batch_size=8 trainer.max_epochs=2 "

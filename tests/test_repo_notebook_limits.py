@@ -10,7 +10,7 @@ import re
 
 import nbformat
 import pytest
-from conftest import REPO, run_nbmake
+from conftest import REPO, code_notebook, run_nbmake
 
 from course.build import CELL_TIMEOUT_SECONDS, cell_limit
 
@@ -89,10 +89,7 @@ def test_the_build_applies_the_same_cell_limit_as_nbmake():
 def test_a_notebook_may_run_as_long_as_its_cells_limits_allow(tmp_path, hooks):
     # Two cells of 2 s under a cell limit of 10 s, and pytest-timeout's limit of 3 s per
     # item: the notebook passes only if the hooks give it its cells' 20 s.
-    naps = [nbformat.v4.new_code_cell("import time\ntime.sleep(2)") for _ in range(2)]
-    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb = nbformat.v4.new_notebook(cells=naps, metadata={"kernelspec": kernel})
-    nbformat.write(nb, tmp_path / "naps.ipynb")
+    code_notebook(tmp_path / "naps.ipynb", *["import time\ntime.sleep(2)"] * 2)
     plugin = ["-p", "course.pytest_hooks"] if hooks else []
     result = run_nbmake(tmp_path, "--nbmake-timeout=10", "-o", "timeout=3", *plugin, "naps.ipynb")
     if hooks:
